@@ -1,0 +1,978 @@
+// k25bench: the serving benchmark, in process. For each concurrency level it builds a random
+// workload (like `vllm bench serve --dataset-name random --ignore-eos`: random prompt ids from
+// the non-special vocabulary, fixed or ranged input/output lengths, at least 5 x concurrency
+// requests), submits every request at t = 0 to the batching engine with at most `concurrency`
+// in flight, and reports throughput and latency metrics as vLLM defines them
+// (../shared/PERF.md §8, src/serve_metrics.h), the peak backend memory and where the time of a
+// full decode step goes (src/op_profile.h).
+//
+// Output: '#' lines describing the run and a markdown table on stdout (one row per level, as
+// levels finish), progress on stderr, one JSON object per level in --json FILE (rewritten
+// atomically after each level), a PNG plot through bench/plot.py with --plot.
+//
+// Every rank runs the same engine on the same workload (the prompts come from --seed), so the
+// ranks always step together; rank 0 measures and writes.
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "config.h"
+#include "dist.h"
+#include "engine.h"
+#include "instance.h"
+#include "op_profile.h"
+#include "serve_metrics.h"
+
+#ifdef K25_CUDA
+#include <nccl.h>
+#endif
+
+#define MAX_LEVELS 32
+#define MAX_SETS 64
+
+typedef struct bench_args {
+    const char *model_dir, *config_file, *backend, *json, *plot;
+    int synthetic;
+    uint64_t synth_seed;
+    const char *sets[MAX_SETS];
+    int n_sets;
+    int threads;
+    int levels[MAX_LEVELS], n_levels;
+    int input_len, output_len;
+    double range_ratio;
+    int prompts_factor;
+    uint64_t seed;
+    int profile_steps;
+    int warmup;
+    int help;
+} bench_args;
+
+static void usage(FILE *f) {
+    fputs(
+        "usage: mpirun -np N ./k25bench (--model DIR | --config FILE.ini --synthetic SEED) "
+        "[options]\n"
+        "\n"
+        "Serving benchmark: random prompts, all requests sent at t=0 with at most C in flight,\n"
+        "swept over concurrency levels C. Table on stdout, progress on stderr.\n"
+        "\n"
+        "model:\n"
+        "  --model DIR             checkpoint directory (config.json + safetensors)\n"
+        "  --config FILE.ini       model configuration (weights must then be synthetic)\n"
+        "  --synthetic SEED        synthetic weights from SEED (also with --model: its config)\n"
+        "  --set SECTION.KEY=V     override a configuration value (repeatable)\n"
+        "  --backend cpu|cuda      default: the config's run.backend\n"
+        "  --threads N             CPU backend threads (default: run.threads)\n"
+        "workload:\n"
+        "  --concurrency LIST      levels, e.g. 1,4,16 (default 1,2,4,...,256)\n"
+        "  --input-len N           prompt tokens (default 1024)\n"
+        "  --output-len N          generated tokens, EOS ignored (default 128)\n"
+        "  --range-ratio R         lengths uniform in [L(1-R), L(1+R)] (default 0)\n"
+        "  --num-prompts-factor K  requests per level = K x concurrency (default 5, at least 5)\n"
+        "  --seed S                workload seed (default 0)\n"
+        "  --no-warmup             skip the short warm-up run before each level\n"
+        "  --profile-steps N       decode steps timed per operation group at each level after\n"
+        "                          the measured run (default 3; 0: no breakdown)\n"
+        "output:\n"
+        "  --json FILE             one JSON object per level (rewritten after each level)\n"
+        "  --plot FILE.png         output tok/s and TPOT against concurrency (needs python3 +\n"
+        "                          matplotlib; skipped with a message when missing)\n"
+        "  -h, --help\n",
+        f);
+}
+
+// ------------------------------------------------------------------------------------------
+// Command line
+// ------------------------------------------------------------------------------------------
+
+static int parse_int(const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, bench_args *a, char *err) {
+    memset(a, 0, sizeof *a);
+    a->input_len = 1024;
+    a->output_len = 128;
+    a->prompts_factor = 5;
+    a->profile_steps = 3;
+    a->warmup = 1;
+    for (int c = 1; c <= 256; c *= 2) a->levels[a->n_levels++] = c;
+    for (int i = 1; i < argc; i++) {
+        const char *f = argv[i];
+        long v;
+        if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
+            a->help = 1;
+            return 0;
+        }
+        if (!strcmp(f, "--no-warmup")) {
+            a->warmup = 0;
+            continue;
+        }
+        if (i + 1 >= argc) return k25_err(err, "%s: missing value", f);
+        const char *val = argv[++i];
+        if (!strcmp(f, "--model")) {
+            a->model_dir = val;
+        } else if (!strcmp(f, "--config")) {
+            a->config_file = val;
+        } else if (!strcmp(f, "--synthetic")) {
+            char *end;
+            errno = 0;
+            unsigned long long s = strtoull(val, &end, 10);
+            if (errno || end == val || *end) return k25_err(err, "--synthetic: bad seed '%s'", val);
+            a->synthetic = 1;
+            a->synth_seed = s;
+        } else if (!strcmp(f, "--set")) {
+            if (a->n_sets == MAX_SETS) return k25_err(err, "--set: more than %d", MAX_SETS);
+            a->sets[a->n_sets++] = val;
+        } else if (!strcmp(f, "--backend")) {
+            if (strcmp(val, "cpu") && strcmp(val, "cuda"))
+                return k25_err(err, "--backend: '%s' is not cpu or cuda", val);
+            a->backend = val;
+        } else if (!strcmp(f, "--threads")) {
+            if (parse_int(val, 0, 4096, &v)) return k25_err(err, "--threads: bad value '%s'", val);
+            a->threads = (int)v;
+        } else if (!strcmp(f, "--concurrency")) {
+            a->n_levels = 0;
+            char buf[512];
+            snprintf(buf, sizeof buf, "%s", val);
+            for (char *save, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                if (a->n_levels == MAX_LEVELS)
+                    return k25_err(err, "--concurrency: more than %d levels", MAX_LEVELS);
+                if (parse_int(t, 1, 256, &v))
+                    return k25_err(err, "--concurrency: '%s' is not a level in 1..256", t);
+                a->levels[a->n_levels++] = (int)v;
+            }
+            if (a->n_levels == 0) return k25_err(err, "--concurrency: empty list");
+        } else if (!strcmp(f, "--input-len")) {
+            if (parse_int(val, 1, 1 << 24, &v)) return k25_err(err, "--input-len: bad '%s'", val);
+            a->input_len = (int)v;
+        } else if (!strcmp(f, "--output-len")) {
+            if (parse_int(val, 1, 1 << 24, &v)) return k25_err(err, "--output-len: bad '%s'", val);
+            a->output_len = (int)v;
+        } else if (!strcmp(f, "--range-ratio")) {
+            char *end;
+            a->range_ratio = strtod(val, &end);
+            if (end == val || *end || !(a->range_ratio >= 0 && a->range_ratio < 1))
+                return k25_err(err, "--range-ratio: '%s' is not in [0, 1)", val);
+        } else if (!strcmp(f, "--num-prompts-factor")) {
+            if (parse_int(val, 5, 1000, &v))
+                return k25_err(err, "--num-prompts-factor: '%s' is not in 5..1000", val);
+            a->prompts_factor = (int)v;
+        } else if (!strcmp(f, "--seed")) {
+            if (parse_int(val, 0, LONG_MAX, &v)) return k25_err(err, "--seed: bad '%s'", val);
+            a->seed = (uint64_t)v;
+        } else if (!strcmp(f, "--profile-steps")) {
+            if (parse_int(val, 0, 1000, &v)) return k25_err(err, "--profile-steps: bad '%s'", val);
+            a->profile_steps = (int)v;
+        } else if (!strcmp(f, "--json")) {
+            a->json = val;
+        } else if (!strcmp(f, "--plot")) {
+            a->plot = val;
+        } else {
+            return k25_err(err, "unknown option '%s' (see --help)", f);
+        }
+    }
+    if (!a->model_dir && !a->config_file)
+        return k25_err(err, "no model: give --model DIR or --config FILE.ini --synthetic SEED");
+    if (a->model_dir && a->config_file)
+        return k25_err(err, "--model and --config both given: choose one");
+    if (a->config_file && !a->synthetic)
+        return k25_err(err, "--config %s has no weights: add --synthetic SEED", a->config_file);
+    return 0;
+}
+
+// ------------------------------------------------------------------------------------------
+// Collective exits and small helpers
+// ------------------------------------------------------------------------------------------
+
+// Every rank brings its own ok; when any failed, rank 0 (or the failing rank) says why and every
+// rank exits 1, so none is left waiting in a collective.
+static void agree_or_exit(k25_dist *d, int ok, const char *msg) {
+    if (dist_all_ok(d, ok)) return;
+    int root_ok = ok;
+    MPI_CHECK(MPI_Bcast(&root_ok, 1, MPI_INT, 0, d->world));
+    if (!ok && (d->world_rank == 0 || root_ok))
+        fprintf(stderr, "k25bench: error: rank %d: %s\n", d->world_rank, msg);
+    fflush(stderr);
+    dist_finalize(d);
+    exit(1);
+}
+
+// First line of a shell command's output (trailing newline removed); 0 when it printed one.
+static int run_line(const char *cmd, char *out, size_t cap) {
+    out[0] = 0;
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    int got = fgets(out, (int)cap, p) != NULL;
+    while (fgetc(p) != EOF) {
+    }
+    int rc = pclose(p);
+    if (!got || rc != 0) {
+        out[0] = 0;
+        return -1;
+    }
+    out[strcspn(out, "\n")] = 0;
+    return 0;
+}
+
+// Whole output of a shell command into a malloc'ed string (NULL when it failed).
+static char *run_all(const char *cmd) {
+    FILE *p = popen(cmd, "r");
+    if (!p) return NULL;
+    size_t n = 0, cap = 4096;
+    char *buf = k25_malloc(cap);
+    int ch;
+    while ((ch = fgetc(p)) != EOF) {
+        if (n + 1 >= cap) buf = realloc(buf, cap *= 2);
+        K25_CHECK(buf, "out of host memory");
+        buf[n++] = (char)ch;
+    }
+    buf[n] = 0;
+    if (pclose(p) != 0) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+// Single-quoted for /bin/sh.
+static void shell_quote(const char *s, char *out, size_t cap) {
+    size_t n = 0;
+    if (n + 1 < cap) out[n++] = '\'';
+    for (; *s && n + 5 < cap; s++) {
+        if (*s == '\'') {
+            memcpy(out + n, "'\\''", 4);
+            n += 4;
+        } else {
+            out[n++] = *s;
+        }
+    }
+    if (n + 1 < cap) out[n++] = '\'';
+    out[n] = 0;
+}
+
+static uint64_t mix64(uint64_t z) {
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+// Directory of this executable (for bench/plot.py and git), "." when unknown.
+static void exe_dir(char *out, size_t cap) {
+    ssize_t n = readlink("/proc/self/exe", out, cap - 1);
+    if (n <= 0) {
+        snprintf(out, cap, ".");
+        return;
+    }
+    out[n] = 0;
+    char *slash = strrchr(out, '/');
+    if (slash) *slash = 0;
+}
+
+// ------------------------------------------------------------------------------------------
+// The run description
+// ------------------------------------------------------------------------------------------
+
+typedef struct run_desc {
+    char command[1024];
+    char hosts[512];
+    char devices[512];       // GPU names from nvidia-smi, else the CPU model
+    char git[64];
+    char nccl[32];
+    char date[64];
+    char backend[64];
+    char model[512];
+    char weights[512];
+    int ranks, tp, pp;
+} run_desc;
+
+static void describe(run_desc *r, const bench_args *a, const k25_config *c, const k25_dist *d,
+                     const k25_instance *in, int argc, char **argv) {
+    memset(r, 0, sizeof *r);
+    size_t n = 0;
+    for (int i = 0; i < argc && n < sizeof r->command - 1; i++)
+        n += (size_t)snprintf(r->command + n, sizeof r->command - n, "%s%s", i ? " " : "", argv[i]);
+
+    // Host names of every rank, each once, in rank order.
+    char name[MPI_MAX_PROCESSOR_NAME] = {0};
+    int len = 0;
+    MPI_CHECK(MPI_Get_processor_name(name, &len));
+    char *all = k25_calloc((size_t)d->world_size, MPI_MAX_PROCESSOR_NAME);
+    MPI_CHECK(MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all, MPI_MAX_PROCESSOR_NAME,
+                            MPI_CHAR, d->world));
+    n = 0;
+    for (int i = 0; i < d->world_size; i++) {
+        const char *h = all + (size_t)i * MPI_MAX_PROCESSOR_NAME;
+        int seen = 0;
+        for (int j = 0; j < i && !seen; j++) seen = !strcmp(h, all + (size_t)j * MPI_MAX_PROCESSOR_NAME);
+        if (!seen && n < sizeof r->hosts - 1)
+            n += (size_t)snprintf(r->hosts + n, sizeof r->hosts - n, "%s%s", n ? "," : "", h);
+    }
+    free(all);
+
+    // Devices: "8x NVIDIA H200" from nvidia-smi, else the CPU model.
+    char *gpus = run_all("nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null");
+    if (gpus && gpus[0]) {
+        int count = 0;
+        char first[256] = "", *save = NULL;
+        int same = 1;
+        for (char *t = strtok_r(gpus, "\n", &save); t; t = strtok_r(NULL, "\n", &save)) {
+            if (!count) snprintf(first, sizeof first, "%s", t);
+            else if (strcmp(first, t)) same = 0;
+            count++;
+        }
+        if (same) snprintf(r->devices, sizeof r->devices, "%dx %s", count, first);
+        else snprintf(r->devices, sizeof r->devices, "%d GPUs (mixed, first %s)", count, first);
+    } else {
+        char cpu[256] = "";
+        if (run_line("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'", cpu,
+                     sizeof cpu) != 0 || !cpu[0])
+            snprintf(cpu, sizeof cpu, "unknown CPU");
+        snprintf(r->devices, sizeof r->devices, "no GPU; %ld x %s", sysconf(_SC_NPROCESSORS_ONLN),
+                 cpu);
+    }
+    free(gpus);
+
+    char dir[PATH_MAX], q[PATH_MAX + 16], cmd[PATH_MAX + 64];
+    exe_dir(dir, sizeof dir);
+    shell_quote(dir, q, sizeof q);
+    snprintf(cmd, sizeof cmd, "git -C %s rev-parse --short HEAD 2>/dev/null", q);
+    if (run_line(cmd, r->git, sizeof r->git) != 0) snprintf(r->git, sizeof r->git, "unknown");
+
+#ifdef K25_CUDA
+    int v = 0;
+    if (ncclGetVersion(&v) == ncclSuccess)
+        snprintf(r->nccl, sizeof r->nccl, "%d.%d.%d", v / 10000, (v / 100) % 100, v % 100);
+#endif
+    if (!r->nccl[0]) snprintf(r->nccl, sizeof r->nccl, "none");
+
+    time_t now = time(NULL);
+    struct tm tm;
+    localtime_r(&now, &tm);
+    strftime(r->date, sizeof r->date, "%Y-%m-%dT%H:%M:%S%z", &tm);
+
+    if (!strcmp(in->be->name, "cpu"))
+        snprintf(r->backend, sizeof r->backend, c->threads > 0 ? "cpu (%d threads)" :
+                 "cpu (threads: OpenMP default)", c->threads);
+    else
+        snprintf(r->backend, sizeof r->backend, "%s", in->be->name);
+    r->ranks = d->world_size;
+    r->tp = d->tp_size;
+    r->pp = d->pp_size;
+    char quant[32];
+    if (c->experts_int4) snprintf(quant, sizeof quant, "INT4 g%d", c->quant_group);
+    else snprintf(quant, sizeof quant, "BF16");
+    snprintf(r->model, sizeof r->model,
+             "%d layers (%d dense), hidden %d, %d heads, kv_lora %d, experts %d top-%d + %d "
+             "shared (%s), vocab %d",
+             c->n_layers, c->first_dense, c->hidden, c->n_heads, c->kv_lora_rank, c->n_experts,
+             c->top_k, c->n_shared, quant, c->vocab);
+    double gib = (double)weights_bytes(&in->w) / (1024.0 * 1024.0 * 1024.0);
+    if (a->synthetic)
+        snprintf(r->weights, sizeof r->weights, "synthetic seed %llu%s%s, %.3f GiB per rank",
+                 (unsigned long long)a->synth_seed, a->model_dir ? ", config " : "",
+                 a->model_dir ? a->model_dir : "", gib);
+    else
+        snprintf(r->weights, sizeof r->weights, "checkpoint %s, %.3f GiB per rank", a->model_dir,
+                 gib);
+}
+
+static void print_desc(const run_desc *r, const bench_args *a, const k25_config *c) {
+    printf("# k25bench: %s\n", r->command);
+    printf("# date: %s\n", r->date);
+    printf("# hosts: %s\n", r->hosts);
+    printf("# devices: %s\n", r->devices);
+    printf("# ranks: %d (tp %d, pp %d), backend %s, nccl %s\n", r->ranks, r->tp, r->pp,
+           r->backend, r->nccl);
+    printf("# git: %s\n", r->git);
+    printf("# model: %s\n", r->model);
+    printf("# weights: %s\n", r->weights);
+    printf("# workload: random prompts, input %d, output %d (EOS ignored), range ratio %g, "
+           "%d x concurrency requests per level, all sent at t=0, seed %llu\n",
+           a->input_len, a->output_len, a->range_ratio, a->prompts_factor,
+           (unsigned long long)a->seed);
+    printf("# engine: ctx %d, kv_block %d, prefill_chunk %d, sampling temp %g top_k %d top_p %g\n",
+           c->ctx_size, c->kv_block, c->prefill_chunk, (double)c->temp, c->sample_top_k,
+           (double)c->sample_top_p);
+    printf("# metrics: TTFT first token - send; TPOT (E2E - TTFT) / (out - 1); ITL gap between "
+           "tokens; E2E last token - send; ms; p50 = median\n");
+    fflush(stdout);
+}
+
+// ------------------------------------------------------------------------------------------
+// Checks before anything heavy starts
+// ------------------------------------------------------------------------------------------
+
+// Another process holding GPU memory skews every number: say it loudly (each node once).
+static void check_gpus_free(const k25_dist *d) {
+    if (d->local_rank != 0) return;
+    char *apps = run_all("nvidia-smi --query-compute-apps=pid,process_name,used_memory "
+                         "--format=csv,noheader 2>/dev/null");
+    if (!apps) {
+        k25_log_all("k25bench: warning: nvidia-smi failed: cannot check that the GPUs are free\n");
+        return;
+    }
+    if (apps[strspn(apps, " \n")] != 0) {
+        char host[MPI_MAX_PROCESSOR_NAME];
+        int len;
+        MPI_CHECK(MPI_Get_processor_name(host, &len));
+        fprintf(stderr,
+                "\n"
+                "k25bench: ************************************************************\n"
+                "k25bench: WARNING: other processes hold GPU memory on %s:\n", host);
+        char *save = NULL;
+        for (char *t = strtok_r(apps, "\n", &save); t; t = strtok_r(NULL, "\n", &save))
+            fprintf(stderr, "k25bench:   %s\n", t);
+        fprintf(stderr,
+                "k25bench: the numbers below will be skewed (memory and compute are shared)\n"
+                "k25bench: ************************************************************\n\n");
+    }
+    free(apps);
+}
+
+// Finds bench/plot.py and checks python3 + matplotlib. 0 and the script path, or -1 (why in
+// err).
+static int find_plotter(char *script, size_t cap, char *err) {
+    const char *env = getenv("K25_PLOT_PY");
+    char dir[PATH_MAX];
+    exe_dir(dir, sizeof dir);
+    // Set by hand, beside the binary (repository root), one level up (a build directory).
+    char beside[PATH_MAX + 32], above[PATH_MAX + 32];
+    snprintf(beside, sizeof beside, "%s/bench/plot.py", dir);
+    snprintf(above, sizeof above, "%s/../bench/plot.py", dir);
+    const char *cands[4] = {env, beside, above, "bench/plot.py"};
+    script[0] = 0;
+    for (int i = 0; i < 4 && !script[0]; i++)
+        if (cands[i] && access(cands[i], R_OK) == 0) snprintf(script, cap, "%s", cands[i]);
+    if (!script[0]) return k25_err(err, "bench/plot.py not found (set K25_PLOT_PY)");
+    char out[64];
+    if (run_line("python3 -c 'import matplotlib' >/dev/null 2>&1 && echo yes", out, sizeof out) ||
+        strcmp(out, "yes"))
+        return k25_err(err, "python3 with matplotlib not found (pip install matplotlib)");
+    return 0;
+}
+
+// Whether FILE can be created where it is asked (its directory exists and is writable).
+static int check_writable(const char *path, char *err) {
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return k25_err(err, "cannot write %s: %s", tmp, strerror(errno));
+    fclose(f);
+    unlink(tmp);
+    return 0;
+}
+
+// ------------------------------------------------------------------------------------------
+// Workload
+// ------------------------------------------------------------------------------------------
+
+typedef struct workload {
+    int n;
+    int32_t **prompt;        // [n][n_in[i]]
+    int *n_in, *n_out;
+} workload;
+
+static void length_range(int L, double r, int *lo, int *hi) {
+    *lo = (int)floor(L * (1 - r));
+    *hi = (int)ceil(L * (1 + r));
+    if (*lo < 1) *lo = 1;
+    if (*hi < *lo) *hi = *lo;
+}
+
+// Ids below the lowest special token (BOS, EOS, PAD): plain text ids in Kimi's vocabulary
+// layout (specials at the top) and bytes in the fallback tokenizer's.
+static int n_plain_ids(const k25_config *c) {
+    int n = c->vocab;
+    if (c->bos_id > 0 && c->bos_id < n) n = c->bos_id;
+    if (c->pad_id > 0 && c->pad_id < n) n = c->pad_id;
+    for (int i = 0; i < c->eos_ids_n; i++)
+        if (c->eos_ids[i] > 0 && c->eos_ids[i] < n) n = c->eos_ids[i];
+    return n;
+}
+
+// The same on every rank: a pure function of (seed, level, request, position).
+static void make_workload(workload *w, const bench_args *a, const k25_config *c, int level,
+                          int n) {
+    int in_lo, in_hi, out_lo, out_hi, ids = n_plain_ids(c);
+    length_range(a->input_len, a->range_ratio, &in_lo, &in_hi);
+    length_range(a->output_len, a->range_ratio, &out_lo, &out_hi);
+    w->n = n;
+    w->prompt = k25_calloc(n, sizeof *w->prompt);
+    w->n_in = k25_calloc(n, sizeof(int));
+    w->n_out = k25_calloc(n, sizeof(int));
+    uint64_t base = mix64(a->seed ^ mix64((uint64_t)level));
+    for (int i = 0; i < n; i++) {
+        uint64_t h = mix64(base ^ mix64(0x100000000ull + (uint64_t)i));
+        w->n_in[i] = in_lo + (int)(h % (uint64_t)(in_hi - in_lo + 1));
+        w->n_out[i] = out_lo + (int)(mix64(h) % (uint64_t)(out_hi - out_lo + 1));
+        w->prompt[i] = k25_malloc(sizeof(int32_t) * (size_t)w->n_in[i]);
+        for (int j = 0; j < w->n_in[i]; j++)
+            w->prompt[i][j] = (int32_t)(mix64(h ^ mix64((uint64_t)j + 1)) % (uint64_t)ids);
+    }
+}
+
+static void free_workload(workload *w) {
+    for (int i = 0; i < w->n; i++) free(w->prompt[i]);
+    free(w->prompt);
+    free(w->n_in);
+    free(w->n_out);
+    memset(w, 0, sizeof *w);
+}
+
+static void submit_all(k25_engine *e, const workload *w, const k25_config *c, int max_new_cap,
+                       int n) {
+    char err[K25_ERR_LEN];
+    for (int i = 0; i < n; i++) {
+        int max_new = w->n_out[i] < max_new_cap ? w->n_out[i] : max_new_cap;
+        k25_request r = {
+            .prompt = w->prompt[i],
+            .n_prompt = w->n_in[i],
+            .max_new = max_new,
+            .sampling = {.temp = c->temp, .top_k = c->sample_top_k, .top_p = c->sample_top_p,
+                         .seed = (uint64_t)c->seed + (uint64_t)i},
+            .ignore_eos = 1,
+        };
+        if (engine_submit(e, &r, err) < 0) K25_DIE("%s", err);
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// One level
+// ------------------------------------------------------------------------------------------
+
+typedef struct level_result {
+    k25_serve_metrics m;
+    long steps;
+    double mean_decode_rows, mean_rows;
+    unsigned long long mem_peak;       // max over ranks
+    int have_profile;
+    int prof_batch, prof_steps, prof_ctx;
+    double prof_step_ms;
+    double prof_ms[K25_OPG_N];         // per step
+} level_result;
+
+static k25_engine *new_engine(k25_model *m, const k25_config *c, int conc, int prefill_first) {
+    char err[K25_ERR_LEN];
+    k25_engine_opts o;
+    engine_opts_from_config(c, &o);
+    o.max_batch = conc;
+    o.max_rows = conc + c->prefill_chunk;
+    o.prefill_first = prefill_first;
+    k25_engine *e = engine_create(m, c, &o, err);
+    if (!e) K25_DIE("%s", err);
+    return e;
+}
+
+// Short requests through a fresh engine: first-use costs (allocations, kernel selection) stay
+// out of the measured run.
+static void warm_up(k25_model *m, const k25_config *c, const workload *w, int conc) {
+    k25_engine *e = new_engine(m, c, conc, 0);
+    workload s = *w;
+    int n = conc < w->n ? conc : w->n;
+    int *n_in = k25_malloc(sizeof(int) * (size_t)n);
+    for (int i = 0; i < n; i++) n_in[i] = w->n_in[i] < 32 ? w->n_in[i] : 32;
+    s.n_in = n_in;
+    submit_all(e, &s, c, 4, n);
+    engine_run(e);
+    engine_free(e);
+    free(n_in);
+}
+
+// The measured run: every request at t = 0, at most conc in flight.
+static void measure(k25_model *m, const k25_config *c, const workload *w, int conc,
+                    const k25_dist *d, level_result *res) {
+    k25_engine *e = new_engine(m, c, conc, 0);
+    MPI_CHECK(MPI_Barrier(d->world));
+    submit_all(e, w, c, INT_MAX, w->n);
+    double t0 = k25_now_ms(), t_report = t0;
+    long decode_rows = 0, rows = 0;
+    while (engine_busy(e) && engine_step(e)) {
+        const k25_step_info *si = engine_last_step(e);
+        decode_rows += si->n_decode;
+        rows += si->n_decode + si->n_prefill;
+        double now = k25_now_ms();
+        if (now - t_report > 10000) {
+            int done = 0;
+            for (int i = 0; i < w->n; i++) done += engine_record(e, i)->finish != K25_FINISH_NONE;
+            k25_log("k25bench: concurrency %d: %d/%d requests done, %.0f s\n", conc, done, w->n,
+                    (now - t0) / 1000);
+            t_report = now;
+        }
+    }
+    const k25_seq_record **recs = k25_malloc(sizeof *recs * (size_t)w->n);
+    for (int i = 0; i < w->n; i++) recs[i] = engine_record(e, i);
+    serve_metrics(recs, w->n, t0, conc, &res->m);
+    free(recs);
+    res->steps = engine_steps(e);
+    res->mean_decode_rows = res->steps ? (double)decode_rows / res->steps : 0;
+    res->mean_rows = res->steps ? (double)rows / res->steps : 0;
+    engine_free(e);
+}
+
+// Operation-group breakdown of full decode steps: conc sequences at the level's prompt length,
+// all prefilled first, then `steps` decode steps timed (one more before them, untimed).
+static void profile(k25_instance *in, const k25_config *c, const workload *w, int conc,
+                    int steps, level_result *res) {
+    k25_engine *e = new_engine(in->m, c, conc, 1);
+    int n = conc < w->n ? conc : w->n;
+    submit_all(e, w, c, steps + 2, n);
+    op_profile_install(in->be);
+    double ms[K25_OPG_N], sum[K25_OPG_N] = {0}, step_ms = 0;
+    int seen = 0, timed = 0, ctx = 0;
+    while (engine_busy(e) && timed < steps && engine_step(e)) {
+        op_profile_take(ms);
+        const k25_step_info *si = engine_last_step(e);
+        if (si->n_prefill != 0 || si->n_decode != n) continue;
+        if (seen++ == 0) continue;
+        for (int g = 0; g < K25_OPG_N; g++) sum[g] += ms[g];
+        step_ms += si->ms;
+        timed++;
+    }
+    op_profile_remove(in->be);
+    for (int i = 0; i < n; i++) ctx += w->n_in[i];
+    engine_free(e);
+    if (!timed) return;
+    res->have_profile = 1;
+    res->prof_batch = n;
+    res->prof_steps = timed;
+    res->prof_ctx = ctx / n;
+    res->prof_step_ms = step_ms / timed;
+    double named = 0;
+    for (int g = 0; g < K25_OPG_N; g++) {
+        res->prof_ms[g] = sum[g] / timed;
+        if (g != K25_OPG_OTHER) named += res->prof_ms[g];
+    }
+    // Whatever the operations do not cover (host work in model_step) counts as other.
+    double rest = res->prof_step_ms - named;
+    res->prof_ms[K25_OPG_OTHER] = rest > 0 ? rest : 0;
+    if (res->prof_step_ms < named) res->prof_step_ms = named;
+}
+
+// ------------------------------------------------------------------------------------------
+// Output
+// ------------------------------------------------------------------------------------------
+
+static const char *const COLS[] = {
+    "conc", "reqs", "in tok", "out tok", "dur s", "out tok/s", "total tok/s", "req/s",
+    "TTFT ms", "TTFT p50", "TTFT p99", "TPOT ms", "TPOT p50", "TPOT p99",
+    "ITL ms", "ITL p50", "ITL p99", "E2E ms", "E2E p50", "E2E p99", "mem GiB",
+};
+#define N_COLS (int)(sizeof COLS / sizeof COLS[0])
+static int col_w[N_COLS];
+
+static void print_table_head(void) {
+    for (int i = 0; i < N_COLS; i++) {
+        col_w[i] = (int)strlen(COLS[i]);
+        if (col_w[i] < 8) col_w[i] = 8;
+    }
+    printf("|");
+    for (int i = 0; i < N_COLS; i++) printf(" %*s |", col_w[i], COLS[i]);
+    printf("\n|");
+    for (int i = 0; i < N_COLS; i++) {
+        printf(" ");
+        for (int k = 0; k < col_w[i] - 1; k++) putchar('-');
+        printf(": |"); // right-aligned numbers
+    }
+    printf("\n");
+    fflush(stdout);
+}
+
+static void print_table_row(const level_result *r) {
+    const k25_serve_metrics *m = &r->m;
+    char cell[N_COLS][32];
+    int i = 0;
+    snprintf(cell[i++], 32, "%d", m->concurrency);
+    snprintf(cell[i++], 32, "%d", m->n_completed);
+    snprintf(cell[i++], 32, "%ld", m->in_tokens);
+    snprintf(cell[i++], 32, "%ld", m->out_tokens);
+    snprintf(cell[i++], 32, "%.2f", m->duration_s);
+    snprintf(cell[i++], 32, "%.2f", m->out_tok_per_s);
+    snprintf(cell[i++], 32, "%.2f", m->total_tok_per_s);
+    snprintf(cell[i++], 32, "%.3f", m->req_per_s);
+    const k25_stat *st[4] = {&m->ttft_ms, &m->tpot_ms, &m->itl_ms, &m->e2el_ms};
+    for (int k = 0; k < 4; k++) {
+        snprintf(cell[i++], 32, "%.2f", st[k]->mean);
+        snprintf(cell[i++], 32, "%.2f", st[k]->median);
+        snprintf(cell[i++], 32, "%.2f", st[k]->p99);
+    }
+    snprintf(cell[i++], 32, "%.3f", (double)r->mem_peak / (1024.0 * 1024.0 * 1024.0));
+    printf("|");
+    for (int k = 0; k < N_COLS; k++) printf(" %*s |", col_w[k], cell[k]);
+    printf("\n");
+    fflush(stdout);
+}
+
+static void print_profile_table(const level_result *res, int n) {
+    int any = 0;
+    for (int i = 0; i < n; i++) any |= res[i].have_profile;
+    if (!any) return;
+    printf("\n# decode step by operation group (%% of the step; every operation synced and "
+           "timed alone, no graphs: shares, not absolute speed)\n");
+    printf("| conc | ctx | step ms |");
+    for (int g = 0; g < K25_OPG_N; g++) printf(" %9s |", k25_op_group_names[g]);
+    printf("\n| ---: | --: | ------: |");
+    for (int g = 0; g < K25_OPG_N; g++) printf(" --------: |");
+    printf("\n");
+    for (int i = 0; i < n; i++) {
+        const level_result *r = &res[i];
+        if (!r->have_profile) continue;
+        printf("| %4d | %3d | %7.2f |", r->prof_batch, r->prof_ctx, r->prof_step_ms);
+        for (int g = 0; g < K25_OPG_N; g++)
+            printf(" %8.1f%% |", r->prof_step_ms > 0 ? 100 * r->prof_ms[g] / r->prof_step_ms : 0);
+        printf("\n");
+    }
+    fflush(stdout);
+}
+
+static void add_stat(cJSON *o, const char *name, const k25_stat *s) {
+    char key[64];
+    snprintf(key, sizeof key, "mean_%s_ms", name);
+    cJSON_AddNumberToObject(o, key, s->mean);
+    snprintf(key, sizeof key, "median_%s_ms", name);
+    cJSON_AddNumberToObject(o, key, s->median);
+    snprintf(key, sizeof key, "p99_%s_ms", name);
+    cJSON_AddNumberToObject(o, key, s->p99);
+    snprintf(key, sizeof key, "std_%s_ms", name);
+    cJSON_AddNumberToObject(o, key, s->std);
+}
+
+// One level as one JSON line (field names as vllm bench serve's result file where they exist).
+static char *level_json(const level_result *r, const run_desc *d, const bench_args *a,
+                        const k25_config *c) {
+    const k25_serve_metrics *m = &r->m;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "bench", "k25bench");
+    cJSON_AddStringToObject(o, "date", d->date);
+    cJSON_AddStringToObject(o, "git", d->git);
+    cJSON_AddStringToObject(o, "hosts", d->hosts);
+    cJSON_AddStringToObject(o, "devices", d->devices);
+    cJSON_AddNumberToObject(o, "ranks", d->ranks);
+    cJSON_AddNumberToObject(o, "tp", d->tp);
+    cJSON_AddNumberToObject(o, "pp", d->pp);
+    cJSON_AddStringToObject(o, "backend", d->backend);
+    cJSON_AddStringToObject(o, "nccl", d->nccl);
+    cJSON_AddStringToObject(o, "model", d->model);
+    cJSON_AddStringToObject(o, "weights", d->weights);
+    cJSON_AddStringToObject(o, "command", d->command);
+    cJSON_AddNumberToObject(o, "ctx_size", c->ctx_size);
+    cJSON_AddNumberToObject(o, "kv_block", c->kv_block);
+    cJSON_AddNumberToObject(o, "prefill_chunk", c->prefill_chunk);
+    cJSON_AddNumberToObject(o, "input_len", a->input_len);
+    cJSON_AddNumberToObject(o, "output_len", a->output_len);
+    cJSON_AddNumberToObject(o, "range_ratio", a->range_ratio);
+    cJSON_AddNumberToObject(o, "seed", (double)a->seed);
+    cJSON_AddNumberToObject(o, "max_concurrency", m->concurrency);
+    cJSON_AddNumberToObject(o, "num_prompts", m->n_requests);
+    cJSON_AddNumberToObject(o, "completed", m->n_completed);
+    cJSON_AddNumberToObject(o, "total_input_tokens", (double)m->in_tokens);
+    cJSON_AddNumberToObject(o, "total_output_tokens", (double)m->out_tokens);
+    cJSON_AddNumberToObject(o, "duration", m->duration_s);
+    cJSON_AddNumberToObject(o, "request_throughput", m->req_per_s);
+    cJSON_AddNumberToObject(o, "output_throughput", m->out_tok_per_s);
+    cJSON_AddNumberToObject(o, "total_token_throughput", m->total_tok_per_s);
+    add_stat(o, "ttft", &m->ttft_ms);
+    add_stat(o, "tpot", &m->tpot_ms);
+    add_stat(o, "itl", &m->itl_ms);
+    add_stat(o, "e2el", &m->e2el_ms);
+    cJSON_AddNumberToObject(o, "peak_mem_bytes", (double)r->mem_peak);
+    cJSON_AddNumberToObject(o, "engine_steps", (double)r->steps);
+    cJSON_AddNumberToObject(o, "mean_decode_rows", r->mean_decode_rows);
+    cJSON_AddNumberToObject(o, "mean_rows", r->mean_rows);
+    if (r->have_profile) {
+        cJSON *p = cJSON_AddObjectToObject(o, "decode_profile");
+        cJSON_AddNumberToObject(p, "batch", r->prof_batch);
+        cJSON_AddNumberToObject(p, "context", r->prof_ctx);
+        cJSON_AddNumberToObject(p, "steps", r->prof_steps);
+        cJSON_AddNumberToObject(p, "step_ms", r->prof_step_ms);
+        cJSON *ms = cJSON_AddObjectToObject(p, "ms");
+        for (int g = 0; g < K25_OPG_N; g++)
+            cJSON_AddNumberToObject(ms, k25_op_group_names[g], r->prof_ms[g]);
+    }
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+// All lines so far into path, atomically (path.tmp, then rename): a killed run keeps the
+// levels it finished.
+static void write_json(const char *path, char **lines, int n) {
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        k25_log("k25bench: warning: cannot write %s: %s\n", tmp, strerror(errno));
+        return;
+    }
+    for (int i = 0; i < n; i++) fprintf(f, "%s\n", lines[i]);
+    int ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok &= fclose(f) == 0;
+    if (!ok || rename(tmp, path) != 0)
+        k25_log("k25bench: warning: writing %s failed: %s\n", path, strerror(errno));
+}
+
+static void make_plot(const char *script, const char *json, const char *png) {
+    char qs[PATH_MAX + 16], qj[PATH_MAX + 16], qp[PATH_MAX + 16], cmd[3 * PATH_MAX + 64];
+    shell_quote(script, qs, sizeof qs);
+    shell_quote(json, qj, sizeof qj);
+    shell_quote(png, qp, sizeof qp);
+    snprintf(cmd, sizeof cmd, "python3 %s --out %s %s", qs, qp, qj);
+    if (system(cmd) == 0)
+        k25_log("k25bench: plot written to %s\n", png);
+    else
+        k25_log("k25bench: warning: plotting failed (%s): no plot\n", cmd);
+}
+
+// ------------------------------------------------------------------------------------------
+// Main
+// ------------------------------------------------------------------------------------------
+
+int main(int argc, char **argv) {
+    k25_dist d;
+    dist_init(&d, &argc, &argv);
+    char err[K25_ERR_LEN] = "";
+    bench_args a;
+    if (parse_args(argc, argv, &a, err) != 0) {
+        if (d.world_rank == 0) fprintf(stderr, "k25bench: error: %s\n", err);
+        dist_finalize(&d);
+        return 2;
+    }
+    if (a.help) {
+        if (d.world_rank == 0) usage(stdout);
+        dist_finalize(&d);
+        return 0;
+    }
+
+    // ---- configuration ----
+    k25_config cfg;
+    config_init_defaults(&cfg);
+    int ok = 1;
+    if (a.model_dir) {
+        char path[PATH_MAX];
+        struct stat st;
+        if (stat(a.model_dir, &st) != 0 || !S_ISDIR(st.st_mode))
+            ok = k25_err(err, "--model %s: not a directory", a.model_dir) == 0;
+        snprintf(path, sizeof path, "%s/config.json", a.model_dir);
+        if (ok) ok = config_load_hf_json(&cfg, path, err) == 0;
+    } else {
+        ok = config_load_ini(&cfg, a.config_file, err) == 0;
+    }
+    for (int i = 0; ok && i < a.n_sets; i++) ok = config_set(&cfg, a.sets[i], err) == 0;
+    if (ok && a.backend) snprintf(cfg.backend, sizeof cfg.backend, "%s", a.backend);
+    if (ok && a.threads) cfg.threads = a.threads;
+
+    // Every sequence of the largest level must fit: context and cache sized for it.
+    int in_lo, in_hi, out_lo, out_hi, max_conc = 0;
+    length_range(a.input_len, a.range_ratio, &in_lo, &in_hi);
+    length_range(a.output_len, a.range_ratio, &out_lo, &out_hi);
+    for (int i = 0; i < a.n_levels; i++) max_conc = a.levels[i] > max_conc ? a.levels[i] : max_conc;
+    int out_need = out_hi > a.profile_steps + 2 ? out_hi : a.profile_steps + 2;
+    if (ok && in_hi + out_need > cfg.ctx_size) cfg.ctx_size = in_hi + out_need;
+    if (ok && cfg.ctx_size > cfg.max_pos)
+        ok = k25_err(err, "input %d + output %d tokens exceed max_position_embeddings %d", in_hi,
+                     out_need, cfg.max_pos) == 0;
+    if (ok) ok = config_validate(&cfg, err) == 0;
+    if (ok && cfg.pp != 1) ok = k25_err(err, "run.pp = %d: pipeline stages are not implemented",
+                                        cfg.pp) == 0;
+#ifndef K25_CUDA
+    if (ok && !strcmp(cfg.backend, "cuda"))
+        ok = k25_err(err, "backend cuda: this binary was built without CUDA (make CUDA=1)") == 0;
+#endif
+    agree_or_exit(&d, ok, err);
+    agree_or_exit(&d, instance_setup_dist(&d, &cfg, err) == 0, err);
+
+    // ---- checks before loading ----
+    char plot_script[PATH_MAX] = "";
+    int do_plot = 0;
+    if (d.world_rank == 0) {
+        if (a.json) ok = check_writable(a.json, err) == 0;
+        if (ok && a.plot) ok = check_writable(a.plot, err) == 0;
+        if (ok && a.plot) {
+            char why[K25_ERR_LEN];
+            do_plot = find_plotter(plot_script, sizeof plot_script, why) == 0;
+            if (!do_plot) k25_log("k25bench: %s: the run goes on without a plot\n", why);
+        }
+    }
+    agree_or_exit(&d, ok, err);
+    if (!strcmp(cfg.backend, "cuda")) check_gpus_free(&d);
+
+    // ---- model: slots and rows for the largest level, cache for all its sequences ----
+    int kvb = cfg.kv_block;
+    int per_seq = (in_hi + out_need - 1 + kvb - 1) / kvb;
+    k25_instance_opts io = {
+        .model_dir = a.synthetic ? NULL : a.model_dir,
+        .synth_seed = a.synth_seed,
+        .backend = cfg.backend,
+        .threads = cfg.threads,
+        .model = {.max_seqs = max_conc, .max_rows = max_conc + cfg.prefill_chunk,
+                  .kv_block = kvb, .n_blocks = max_conc * per_seq},
+    };
+    k25_instance in;
+    double t_load = k25_now_ms();
+    agree_or_exit(&d, instance_open(&in, &cfg, &d, &io, err) == 0, err);
+    k25_log("k25bench: model ready in %.1f s\n", (k25_now_ms() - t_load) / 1000);
+
+    run_desc desc;
+    describe(&desc, &a, &cfg, &d, &in, argc, argv);
+    if (d.world_rank == 0) {
+        print_desc(&desc, &a, &cfg);
+        print_table_head();
+    }
+
+    // ---- the sweep ----
+    level_result *res = k25_calloc(a.n_levels, sizeof *res);
+    char **lines = k25_calloc(a.n_levels, sizeof(char *));
+    for (int li = 0; li < a.n_levels; li++) {
+        int conc = a.levels[li];
+        workload w;
+        make_workload(&w, &a, &cfg, conc, a.prompts_factor * conc);
+        k25_log("k25bench: concurrency %d: %d requests\n", conc, w.n);
+        if (a.warmup) warm_up(in.m, &cfg, &w, conc);
+        measure(in.m, &cfg, &w, conc, &d, &res[li]);
+        if (a.profile_steps > 0) profile(&in, &cfg, &w, conc, a.profile_steps, &res[li]);
+        unsigned long long mem = in.be->mem_peak(in.be);
+        MPI_CHECK(MPI_Allreduce(&mem, &res[li].mem_peak, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX,
+                                d.world));
+        free_workload(&w);
+        if (d.world_rank == 0) {
+            print_table_row(&res[li]);
+            lines[li] = level_json(&res[li], &desc, &a, &cfg);
+            if (a.json) write_json(a.json, lines, li + 1);
+        }
+    }
+
+    if (d.world_rank == 0) {
+        print_profile_table(res, a.n_levels);
+        if (do_plot) {
+            if (a.json) {
+                make_plot(plot_script, a.json, a.plot);
+            } else {
+                char tmp[] = "/tmp/k25bench-XXXXXX";
+                int fd = mkstemp(tmp);
+                if (fd >= 0) {
+                    close(fd);
+                    write_json(tmp, lines, a.n_levels);
+                    make_plot(plot_script, tmp, a.plot);
+                    unlink(tmp);
+                }
+            }
+        }
+    }
+    for (int i = 0; i < a.n_levels; i++) cJSON_free(lines[i]);
+    free(lines);
+    free(res);
+    instance_close(&in);
+    dist_finalize(&d);
+    return 0;
+}

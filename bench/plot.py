@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""Plots k25bench results: output tok/s and TPOT against concurrency.
+
+usage: bench/plot.py --out FILE.png RESULTS.jsonl [MORE.jsonl ...]
+
+Each RESULTS file holds the JSON lines k25bench --json writes (one object per concurrency
+level); several files become several labelled curves (label: backend, ranks, git revision,
+or --label). Exits 3 when matplotlib is missing (k25bench then skips the plot), 2 on bad input.
+"""
+import argparse
+import json
+import sys
+
+
+def load(path):
+    rows = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                sys.exit(f"plot.py: {path}:{n}: not JSON: {e}")
+    if not rows:
+        sys.exit(f"plot.py: {path}: no results")
+    return sorted(rows, key=lambda r: r["max_concurrency"])
+
+
+def default_label(rows):
+    r = rows[0]
+    return f'{r.get("backend", "?")}, {r.get("ranks", "?")} ranks, git {r.get("git", "?")}'
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, help="PNG file to write")
+    ap.add_argument("--label", action="append", default=[], help="curve label, one per file")
+    ap.add_argument("results", nargs="+")
+    args = ap.parse_args()
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        import matplotlib.ticker
+    except ImportError:
+        print("plot.py: matplotlib is not installed (pip install matplotlib)", file=sys.stderr)
+        return 3
+
+    runs = [load(p) for p in args.results]
+    labels = [args.label[i] if i < len(args.label) else default_label(r) for i, r in enumerate(runs)]
+
+    fig, (ax_tput, ax_tpot) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for rows, label in zip(runs, labels):
+        conc = [r["max_concurrency"] for r in rows]
+        ax_tput.plot(conc, [r["output_throughput"] for r in rows], "o-", label=label)
+        line = ax_tpot.plot(conc, [r["median_tpot_ms"] for r in rows], "o-",
+                            label=f"{label} (median)")[0]
+        ax_tpot.fill_between(conc, [r["median_tpot_ms"] for r in rows],
+                             [r["p99_tpot_ms"] for r in rows], color=line.get_color(), alpha=0.15,
+                             label=f"{label} (median..p99)")
+    levels = sorted({r["max_concurrency"] for rows in runs for r in rows})
+    for ax in (ax_tput, ax_tpot):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(levels)
+        ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        ax.set_xlabel("concurrency (requests in flight)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    ax_tput.set_ylabel("output tokens / s")
+    ax_tput.set_title("Output throughput")
+    ax_tpot.set_ylabel("TPOT, ms (excl. first token)")
+    ax_tpot.set_title("Time per output token")
+    first = runs[0][0]
+    fig.suptitle(f'k25bench: {first.get("model", "")}\n'
+                 f'input {first.get("input_len")} / output {first.get("output_len")} tokens, '
+                 f'{first.get("devices", "")}, {first.get("date", "")}', fontsize=9)
+    fig.tight_layout()
+    fig.savefig(args.out, dpi=110)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

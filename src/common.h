@@ -1,0 +1,69 @@
+// Error handling, logging and small helpers shared by every part of k25dec.
+//
+// A fatal error prints "k25dec: rank R: file:line: message" and aborts the whole MPI job
+// (MPI_Abort), so no rank is left waiting in a collective. Parsers and loaders that can be
+// fuzzed or tested on bad input do not call K25_DIE themselves: they return non-zero and write
+// a message into a caller's buffer (char err[K25_ERR_LEN]); the command line turns that into
+// a fatal error.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define K25_ERR_LEN 512
+
+#if defined(__GNUC__)
+#define K25_NORETURN __attribute__((noreturn))
+#define K25_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define K25_NORETURN
+#define K25_PRINTF(a, b)
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// World rank for messages; -1 before MPI is up (set by dist_init).
+extern int k25_log_rank;
+// Non-zero: verbose logging on stderr (--verbose).
+extern int k25_verbose;
+
+void k25_fatal(const char *file, int line, const char *fmt, ...) K25_NORETURN K25_PRINTF(3, 4);
+// Rank 0 only, to stderr.
+void k25_log(const char *fmt, ...) K25_PRINTF(1, 2);
+// Every rank, to stderr, prefixed with the rank.
+void k25_log_all(const char *fmt, ...) K25_PRINTF(1, 2);
+void *k25_malloc(size_t bytes);          // dies on failure
+void *k25_calloc(size_t n, size_t size); // dies on failure
+char *k25_strdup(const char *s);
+double k25_now_ms(void);                 // monotonic clock
+// Formats into err (K25_ERR_LEN bytes) and returns -1, for `return k25_err(err, ...)`.
+int k25_err(char *err, const char *fmt, ...) K25_PRINTF(2, 3);
+
+#ifdef __cplusplus
+}
+#endif
+
+#define K25_DIE(...) k25_fatal(__FILE__, __LINE__, __VA_ARGS__)
+#define K25_CHECK(cond, ...)                                                                       \
+    do {                                                                                           \
+        if (!(cond)) K25_DIE(__VA_ARGS__);                                                         \
+    } while (0)
+
+static inline float k25_bf16_to_f32(uint16_t h) {
+    union { uint32_t u; float f; } v;
+    v.u = (uint32_t)h << 16;
+    return v.f;
+}
+
+// Round to nearest even, NaN kept quiet.
+static inline uint16_t k25_f32_to_bf16(float f) {
+    union { uint32_t u; float f; } v;
+    v.f = f;
+    if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40);
+    uint32_t lsb = (v.u >> 16) & 1u;
+    v.u += 0x7fffu + lsb;
+    return (uint16_t)(v.u >> 16);
+}

@@ -1,0 +1,38 @@
+// The parallel world as one object: MPI ranks, the node-local rank (which picks the GPU), the
+// tensor-parallel and pipeline groups, and host-memory collectives. Device-memory collectives
+// (NCCL) live in the CUDA backend, bootstrapped from this object.
+#pragma once
+#include <mpi.h>
+#include "common.h"
+
+typedef struct k25_dist {
+    int world_rank, world_size;
+    int local_rank, local_size;  // within the node (MPI_Comm_split_type SHARED)
+    int tp_rank, tp_size;        // tensor-parallel group (consecutive world ranks)
+    int pp_rank, pp_size;        // pipeline stage
+    MPI_Comm world, node, tp, pp;
+    int cuda_aware_mpi;          // MPIX_Query_cuda_support() where available, else 0
+} k25_dist;
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+void mpi_check(int err, const char *call, const char *file, int line);
+#define MPI_CHECK(call) mpi_check((call), #call, __FILE__, __LINE__)
+
+// MPI_Init, error handler MPI_ERRORS_RETURN on world (every error goes through MPI_CHECK),
+// node-local rank. Checks SLURM_NTASKS against the world size when it is set.
+void dist_init(k25_dist *d, int *argc, char ***argv);
+// Split the world into pp stages of tp ranks (tp * pp must equal the world size).
+int dist_setup_groups(k25_dist *d, int tp, int pp, char *err);
+void dist_finalize(k25_dist *d);
+// Sum over the TP group, in place, host memory.
+void dist_allreduce_sum_f32(const k25_dist *d, float *buf, size_t n);
+// Every rank of the world agrees on ok (logical AND); used before a collective error exit so
+// that a bad input found on one rank makes all ranks exit non-zero without a hang.
+int dist_all_ok(const k25_dist *d, int ok);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,38 @@
+// One process's model stack for programs that drive the engine (k25bench, engine tests): the
+// tensor-parallel groups, this rank's weight slices (a checkpoint directory or the synthetic
+// generator), a backend and the model, built in that order and torn down in reverse.
+#pragma once
+#include "checkpoint.h"
+#include "model.h"
+
+typedef struct k25_instance {
+    k25_weights w;
+    k25_checkpoint *ck;      // NULL for synthetic weights
+    k25_backend *be;
+    k25_model *m;
+} k25_instance;
+
+typedef struct k25_instance_opts {
+    const char *model_dir;   // checkpoint directory, or NULL for synthetic weights
+    uint64_t synth_seed;
+    const char *backend;     // "cpu" or "cuda"; NULL: cfg->backend
+    int threads;             // CPU backend threads; 0: cfg->threads
+    k25_model_opts model;
+} k25_instance_opts;
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Splits the world into tensor-parallel groups: tp = cfg->tp, or the whole world when 0;
+// checks the config divides over it. Returns 0 or -1 with a message.
+int instance_setup_dist(k25_dist *d, const k25_config *cfg, char *err);
+// Plans the weights, creates the backend and the model. cfg and d must outlive the instance.
+// Returns 0 or -1 with a message (bad checkpoint tensor, unknown backend, no CUDA build).
+int instance_open(k25_instance *in, const k25_config *cfg, const k25_dist *d,
+                  const k25_instance_opts *o, char *err);
+void instance_close(k25_instance *in);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,256 @@
+// k25dec: parse the command line, resolve the configuration, load this rank's weight slices,
+// generate after the prompt, print the tokens and the timings.
+//
+// Every rank parses the same arguments and reads the same files, so a bad input fails on every
+// rank alike; each check that could differ between ranks (a file readable on one node only) is
+// agreed on collectively before anyone moves on, so every failure exits non-zero on all ranks
+// instead of leaving some waiting in a collective.
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "dist.h"
+#include "generate.h"
+#include "instance.h"
+#include "tokenizer.h"
+#include "verify.h"
+
+// ------------------------------------------------------------------------------------------
+// Collective exits
+// ------------------------------------------------------------------------------------------
+
+// Every rank arrives with its own ok. When any failed, the failing ranks print their message
+// (only rank 0 when it failed too, since then all ranks usually failed the same way) and every
+// rank exits with status 1.
+static void agree_or_exit(k25_dist *d, int ok, const char *msg) {
+    if (dist_all_ok(d, ok)) return;
+    int root_ok = ok;
+    MPI_CHECK(MPI_Bcast(&root_ok, 1, MPI_INT, 0, d->world));
+    if (!ok && (d->world_rank == 0 || root_ok)) {
+        if (d->world_size > 1 && d->world_rank != 0)
+            fprintf(stderr, "k25dec: error: rank %d: %s\n", d->world_rank, msg);
+        else
+            fprintf(stderr, "k25dec: error: %s\n", msg);
+    }
+    fflush(stderr);
+    dist_finalize(d);
+    exit(1);
+}
+
+// ------------------------------------------------------------------------------------------
+// Text: the checkpoint's tokenizer (DIR/tiktoken.model) behind generate.h's codec
+// ------------------------------------------------------------------------------------------
+
+typedef struct tok_codec {
+    k25_tokenizer *tok;
+    k25_detok detok;
+} tok_codec;
+
+static int tok_encode(void *ctx, const char *text, int32_t **ids, int *n, char *err) {
+    tok_codec *c = ctx;
+    size_t m = 0;
+    // Special-token strings in a prompt become their ids, as the reference tokenizer's encode
+    // (allowed_special="all") does.
+    if (tokenizer_encode(c->tok, text, strlen(text), 1, ids, &m, err)) return -1;
+    *n = (int)m;
+    return 0;
+}
+
+static size_t tok_decode(void *ctx, int32_t id, char *out, size_t cap) {
+    tok_codec *c = ctx;
+    size_t len = 0;
+    if (!tokenizer_token_bytes(c->tok, id, &len) || 4 * (len + 8) > cap) return 0;
+    return detok_push(&c->detok, id, out, cap);
+}
+
+static size_t tok_flush(void *ctx, char *out, size_t cap) {
+    return detok_flush(&((tok_codec *)ctx)->detok, out, cap);
+}
+
+// The tokenizer of a checkpoint directory, if it has one (0), none (0, codec left empty: the
+// byte fallback), or a broken one (-1).
+static int load_tokenizer(const char *dir, int n_vocab, tok_codec *tc, k25_text_codec *codec,
+                          char *err) {
+    char model[4096], conf[4096];
+    snprintf(model, sizeof model, "%s/tiktoken.model", dir);
+    snprintf(conf, sizeof conf, "%s/tokenizer_config.json", dir);
+    if (access(model, F_OK) != 0) return 0;
+    if (tokenizer_load(model, access(conf, F_OK) == 0 ? conf : NULL, NULL, n_vocab, &tc->tok, err))
+        return -1;
+    detok_init(&tc->detok, tc->tok);
+    codec->ctx = tc;
+    codec->encode = tok_encode;
+    codec->decode = tok_decode;
+    codec->flush = tok_flush;
+    return 0;
+}
+
+// ------------------------------------------------------------------------------------------
+// Start-up summary (rank 0, stderr)
+// ------------------------------------------------------------------------------------------
+
+static double mib(double bytes) { return bytes / (1024.0 * 1024.0); }
+
+static void print_summary(const k25_dist *d, const k25_config *c, const k25_cli *o,
+                          const k25_instance *in) {
+    const k25_weights *w = &in->w;
+    unsigned long long mine[2] = {weights_bytes(w), in->be->mem_peak(in->be)};
+    unsigned long long *all = k25_malloc(sizeof mine * (size_t)d->world_size);
+    MPI_CHECK(MPI_Gather(mine, 2, MPI_UNSIGNED_LONG_LONG, all, 2, MPI_UNSIGNED_LONG_LONG, 0,
+                         d->world));
+    k25_log("k25dec: %d MPI rank%s, tp %d, pp %d, backend %s, CUDA-aware MPI: %s\n",
+            d->world_size, d->world_size > 1 ? "s" : "", d->tp_size, d->pp_size,
+            in->be->name, d->cuda_aware_mpi ? "yes" : "no");
+    k25_log("k25dec: model: %d layers (%d dense), hidden %d, %d heads (%d per rank), "
+            "q_lora %d, kv_lora %d, rope %d, experts %d top-%d + %d shared (%s), vocab %d, "
+            "context %d\n",
+            c->n_layers, c->first_dense, c->hidden, c->n_heads, w->n_heads_local,
+            c->q_lora_rank, c->kv_lora_rank, c->qk_rope_dim, c->n_experts, c->top_k, c->n_shared,
+            c->experts_int4 ? "INT4" : "BF16", c->vocab, c->ctx_size);
+    if (o->model_dir && !o->synthetic)
+        k25_log("k25dec: weights: checkpoint %s\n", o->model_dir);
+    else
+        k25_log("k25dec: weights: synthetic, seed %llu\n", (unsigned long long)o->synth_seed);
+    for (int r = 0; r < d->world_size; r++)
+        k25_log("k25dec: rank %d: %.2f MiB of weights, %.2f MiB of backend memory\n", r,
+                mib((double)all[2 * r]), mib((double)all[2 * r + 1]));
+    free(all);
+}
+
+static void print_timings(double load_ms, const k25_gen_result *r) {
+    const char *f = "k25dec";
+    double total = load_ms + r->prompt_ms + r->eval_ms;
+    k25_log("%s:        load time = %10.2f ms\n", f, load_ms);
+    k25_log("%s: prompt eval time = %10.2f ms / %5d tokens (%8.2f ms per token, %8.2f tokens "
+            "per second)\n",
+            f, r->prompt_ms, r->n_prompt, r->prompt_ms / (r->n_prompt ? r->n_prompt : 1),
+            r->prompt_ms > 0 ? 1e3 * r->n_prompt / r->prompt_ms : 0.0);
+    k25_log("%s:        eval time = %10.2f ms / %5d runs   (%8.2f ms per token, %8.2f tokens "
+            "per second)\n",
+            f, r->eval_ms, r->n_eval, r->eval_ms / (r->n_eval ? r->n_eval : 1),
+            r->eval_ms > 0 ? 1e3 * r->n_eval / r->eval_ms : 0.0);
+    k25_log("%s:       total time = %10.2f ms / %5d tokens\n", f, total,
+            r->n_prompt + r->n_tokens);
+}
+
+// ------------------------------------------------------------------------------------------
+// main
+// ------------------------------------------------------------------------------------------
+
+int main(int argc, char **argv) {
+    double t_start = k25_now_ms();
+    k25_dist d;
+    dist_init(&d, &argc, &argv);
+    char err[K25_ERR_LEN] = "";
+
+    // ---- command line (identical on every rank) ----
+    k25_cli o;
+    if (cli_parse(argc, argv, &o, err)) {
+        if (d.world_rank == 0) fprintf(stderr, "k25dec: error: %s\nTry 'k25dec --help'.\n", err);
+        dist_finalize(&d);
+        return 2;
+    }
+    if (o.help) {
+        if (d.world_rank == 0) cli_usage(stdout);
+        dist_finalize(&d);
+        return 0;
+    }
+    k25_verbose = o.verbose;
+
+    // ---- configuration ----
+    k25_config cfg;
+    agree_or_exit(&d, cli_load_config(&o, &cfg, err) == 0, err);
+    if (o.dump_config) {
+        if (d.world_rank == 0) config_dump(&cfg, stdout);
+        cli_free(&o);
+        dist_finalize(&d);
+        return 0;
+    }
+    if (cfg.pp != 1) k25_err(err, "run.pp = %d: pipeline stages are not implemented", cfg.pp);
+    agree_or_exit(&d, cfg.pp == 1, err);
+    agree_or_exit(&d, instance_setup_dist(&d, &cfg, err) == 0, err);
+
+    // ---- tokenizer and prompt ----
+    k25_text_codec codec = {0};
+    tok_codec tc = {0};
+    int32_t *prompt = NULL;
+    int n_prompt = 0, ok = 1;
+    if (o.model_dir) agree_or_exit(&d, load_tokenizer(o.model_dir, cfg.vocab, &tc, &codec, err) == 0, err);
+    if (!codec.encode && o.prompt)
+        k25_log("k25dec: no tokenizer: the prompt's bytes are token ids 0..255, ids are printed\n");
+    if (o.tokens) {
+        prompt = o.tokens;
+        n_prompt = o.n_tokens;
+        o.tokens = NULL;
+    } else {
+        ok = gen_encode_prompt(&codec, o.prompt, &prompt, &n_prompt, err) == 0;
+    }
+    for (int i = 0; ok && i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= cfg.vocab)
+            ok = k25_err(err, "prompt token %d (at %d) is outside the vocabulary (0..%d)",
+                         prompt[i], i, cfg.vocab - 1) == 0;
+    if (ok && n_prompt == 0) ok = k25_err(err, "the prompt is empty") == 0;
+    if (ok && n_prompt > cfg.ctx_size)
+        ok = k25_err(err, "the prompt has %d tokens, more than the context of %d (raise it with "
+                     "-c/--ctx-size, up to model.max_position_embeddings = %d)",
+                     n_prompt, cfg.ctx_size, cfg.max_pos) == 0;
+    agree_or_exit(&d, ok, err);
+
+    // ---- checkpoint check, weights, backend, model ----
+    int from_ckpt = o.model_dir && !o.synthetic;
+    if (o.verify) {
+        if (from_ckpt)
+            ok = verify_checkpoint_part(o.model_dir, d.world_rank, d.world_size, err) == 0;
+        else
+            ok = k25_err(err, "--verify: the weights are synthetic, there is no checkpoint to "
+                         "check") == 0;
+        agree_or_exit(&d, ok, err);
+        k25_log("k25dec: checkpoint %s matches its CRC manifest\n", o.model_dir);
+    }
+    int chunk = cfg.prefill_chunk < cfg.ctx_size ? cfg.prefill_chunk : cfg.ctx_size;
+    k25_instance_opts io = {
+        .model_dir = from_ckpt ? o.model_dir : NULL,
+        .synth_seed = o.synth_seed,
+        .backend = cfg.backend,
+        .threads = cfg.threads,
+        .model = {.max_seqs = 1, .max_rows = chunk, .kv_block = cfg.kv_block, .n_blocks = 0,
+                  .check_finite = o.check_finite},
+    };
+    k25_instance in;
+    agree_or_exit(&d, instance_open(&in, &cfg, &d, &io, err) == 0, err);
+    double load_ms = k25_now_ms() - t_start;
+    print_summary(&d, &cfg, &o, &in);
+
+    // ---- generate ----
+    int n_predict = o.has_n_predict ? o.n_predict : cfg.n_predict;
+    int room = cfg.ctx_size - n_prompt + 1; // the last token needs no cache position
+    if (n_predict > room)
+        k25_log("k25dec: note: -n %d does not fit the context (%d prompt tokens, context %d): "
+                "generation stops at the context end\n", n_predict, n_prompt, cfg.ctx_size);
+    k25_gen_opts go = {
+        .n_predict = n_predict,
+        .ctx_size = cfg.ctx_size,
+        .prefill_chunk = chunk,
+        .temp = cfg.temp,
+        .top_k = cfg.sample_top_k,
+        .top_p = cfg.sample_top_p,
+        .seed = (uint64_t)cfg.seed,
+        .print_ids = o.print_ids || o.prompt == NULL, // --tokens input: ids out
+        .dump_logits = o.dump_logits,
+    };
+    k25_gen_result res;
+    ok = generate(in.m, &cfg, &d, &codec, prompt, n_prompt, &go, &res, err) == 0;
+    agree_or_exit(&d, ok, err);
+    if (res.stopped_ctx)
+        k25_log("k25dec: note: stopped at the context end (%d positions)\n", cfg.ctx_size);
+    print_timings(load_ms, &res);
+
+    free(res.tokens);
+    free(prompt);
+    if (tc.tok) tokenizer_free(tc.tok);
+    instance_close(&in);
+    cli_free(&o);
+    dist_finalize(&d);
+    return 0;
+}

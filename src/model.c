@@ -1,0 +1,273 @@
+// The forward pass of the Kimi-K2.5 text model over one batch of token rows, written once
+// against the backend interface (../shared/KIMI_K25.md §4). model_step reads top to bottom:
+// embed, the layers (attention then dense MLP or MoE, each ending in the tensor-parallel sum
+// of partial outputs), final norm and lm_head on the rows to sample, sampling.
+//
+// Tensor parallelism (weights.h): q_a/kv_a are replicated, each rank owns a block of heads, so
+// o_proj produces a partial sum; the dense MLP, the shared expert and every routed expert are
+// split along their intermediate width, so down_proj produces a partial sum too (the shared
+// expert is added into the routed partial before the one reduction). The lm_head is split by
+// vocabulary and sampling is vocabulary-parallel (sampler.h).
+#include "model.h"
+
+#include <math.h>
+#include <string.h>
+
+#define MODEL_MAX_CAPTURE 3
+
+struct k25_model {
+    const k25_config *cfg;
+    k25_weights *w;
+    k25_backend *be;
+    const k25_dist *dist;
+    k25_model_opts opts;
+    int n_blocks;
+
+    // activations, backend memory, R = opts.max_rows
+    float *h;          // [R][D] residual stream
+    float *xn;         // [R][D] normalized input of a block
+    float *cq;         // [R][q_lora] q_a output
+    float *cqn;        // [R][q_lora] normalized
+    float *q;          // [R][H_local*(nope+rope)]
+    float *kv;         // [R][kv_lora+rope] kv_a output (raw)
+    float *attn;       // [R][H_local*v]
+    float *d;          // [R][D] partial output of a block (o_proj, FFN)
+    float *d2;         // [R][D] shared expert output
+    float *gate, *up;  // [R][I_max] FFN intermediate
+    float *act;        // [R][I_max]
+    int32_t *ridx;     // [R][top_k] chosen experts
+    float *rwts;       // [R][top_k] their weights
+    float *hf;         // [R][D] final-normed rows to sample
+    float *logits;     // [R][V_local]
+
+    // EAGLE-3 capture and finite checks (host)
+    int cap_layers[MODEL_MAX_CAPTURE], n_cap;
+    float *cap_host[MODEL_MAX_CAPTURE]; // [R][D]
+    float *check_host;                  // [R][D]
+
+    // sub-batch of the sampled rows
+    int32_t *s_tokens, *s_pos, *s_seq;  // [R]
+};
+
+// ------------------------------------------------------------------------------------------
+// Construction
+// ------------------------------------------------------------------------------------------
+
+k25_model *model_create(const k25_config *cfg, k25_weights *w, k25_backend *be,
+                        const k25_dist *dist, const k25_model_opts *opts) {
+    if (w->layer_begin != 0 || w->layer_end != cfg->n_layers)
+        K25_DIE("model: this rank holds layers [%d, %d) of %d; pipeline stages are not "
+                "implemented (run.pp must be 1)", w->layer_begin, w->layer_end, cfg->n_layers);
+    k25_model *m = k25_calloc(1, sizeof *m);
+    m->cfg = cfg;
+    m->w = w;
+    m->be = be;
+    m->dist = dist;
+    m->opts = *opts;
+    if (m->opts.max_seqs <= 0) m->opts.max_seqs = 1;
+    if (m->opts.max_rows <= 0) m->opts.max_rows = cfg->prefill_chunk;
+    if (m->opts.kv_block <= 0) m->opts.kv_block = cfg->kv_block;
+    int per_seq = (cfg->ctx_size + m->opts.kv_block - 1) / m->opts.kv_block;
+    m->n_blocks = m->opts.n_blocks > 0 ? m->opts.n_blocks : m->opts.max_seqs * per_seq;
+
+    be->load_weights(be, w);
+    be->kv_init(be, w->layer_end - w->layer_begin, m->n_blocks, m->opts.kv_block);
+
+    size_t R = (size_t)m->opts.max_rows, D = (size_t)cfg->hidden;
+    size_t Hl = (size_t)w->n_heads_local;
+    size_t I = (size_t)w->dense_inter_local;
+    size_t Ish = (size_t)(cfg->n_shared * cfg->moe_inter / w->tp_size);
+    if (Ish > I) I = Ish;
+    size_t f = sizeof(float);
+    m->h = be->alloc(be, R * D * f);
+    m->xn = be->alloc(be, R * D * f);
+    m->cq = be->alloc(be, R * cfg->q_lora_rank * f);
+    m->cqn = be->alloc(be, R * cfg->q_lora_rank * f);
+    m->q = be->alloc(be, R * Hl * (cfg->qk_nope_dim + cfg->qk_rope_dim) * f);
+    m->kv = be->alloc(be, R * (cfg->kv_lora_rank + cfg->qk_rope_dim) * f);
+    m->attn = be->alloc(be, R * Hl * cfg->v_head_dim * f);
+    m->d = be->alloc(be, R * D * f);
+    m->d2 = be->alloc(be, R * D * f);
+    m->gate = be->alloc(be, R * I * f);
+    m->up = be->alloc(be, R * I * f);
+    m->act = be->alloc(be, R * I * f);
+    m->ridx = be->alloc(be, R * cfg->top_k * sizeof(int32_t));
+    m->rwts = be->alloc(be, R * cfg->top_k * f);
+    m->hf = be->alloc(be, R * D * f);
+    m->logits = be->alloc(be, R * (size_t)w->vocab_local * f);
+    m->s_tokens = k25_malloc(R * sizeof(int32_t));
+    m->s_pos = k25_malloc(R * sizeof(int32_t));
+    m->s_seq = k25_malloc(R * sizeof(int32_t));
+    if (opts->check_finite) m->check_host = k25_malloc(R * D * f);
+    return m;
+}
+
+void model_free(k25_model *m) {
+    if (!m) return;
+    k25_backend *be = m->be;
+    float *bufs[] = {m->h, m->xn, m->cq, m->cqn, m->q, m->kv, m->attn, m->d, m->d2,
+                     m->gate, m->up, m->act, m->rwts, m->hf, m->logits};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->free(be, bufs[i]);
+    be->free(be, m->ridx);
+    for (int i = 0; i < m->n_cap; i++) free(m->cap_host[i]);
+    free(m->check_host);
+    free(m->s_tokens);
+    free(m->s_pos);
+    free(m->s_seq);
+    free(m);
+}
+
+int model_n_blocks(const k25_model *m) { return m->n_blocks; }
+
+void model_capture_layers(k25_model *m, const int *layers, int n) {
+    if (n < 0 || n > MODEL_MAX_CAPTURE) K25_DIE("model: capture of %d layers (at most %d)", n,
+                                                MODEL_MAX_CAPTURE);
+    for (int i = 0; i < n; i++) {
+        if (layers[i] < 0 || layers[i] > m->cfg->n_layers)
+            K25_DIE("model: capture layer %d outside 0..%d", layers[i], m->cfg->n_layers);
+        m->cap_layers[i] = layers[i];
+        if (!m->cap_host[i])
+            m->cap_host[i] = k25_malloc(sizeof(float) * (size_t)m->opts.max_rows * m->cfg->hidden);
+    }
+    for (int i = n; i < m->n_cap; i++) {
+        free(m->cap_host[i]);
+        m->cap_host[i] = NULL;
+    }
+    m->n_cap = n;
+}
+
+const float *model_captured(const k25_model *m, int i) {
+    return i >= 0 && i < m->n_cap ? m->cap_host[i] : NULL;
+}
+
+// ------------------------------------------------------------------------------------------
+// Slow-path hooks (hidden-state capture, NaN/Inf checks): host copies between layers, so they
+// run outside any graph capture.
+// ------------------------------------------------------------------------------------------
+
+typedef struct step_ctx {
+    k25_model *m;
+    const k25_batch *b;
+} step_ctx;
+
+static void capture_hidden(k25_model *m, int layer, int T) {
+    for (int i = 0; i < m->n_cap; i++)
+        if (m->cap_layers[i] == layer)
+            m->be->to_host(m->be, m->cap_host[i], m->h, sizeof(float) * (size_t)T * m->cfg->hidden);
+}
+
+static void check_finite(k25_model *m, const k25_batch *b, int layer) {
+    size_t D = (size_t)m->cfg->hidden;
+    m->be->to_host(m->be, m->check_host, m->h, sizeof(float) * b->T * D);
+    for (int t = 0; t < b->T; t++)
+        for (size_t i = 0; i < D; i++)
+            if (!isfinite(m->check_host[t * D + i]))
+                K25_DIE("non-finite hidden state (%g) after layer %d: row %d (sequence %d, "
+                        "position %d, token %d), element %zu",
+                        (double)m->check_host[t * D + i], layer, t, b->seq[t], b->pos[t],
+                        b->tokens[t], i);
+}
+
+// ------------------------------------------------------------------------------------------
+// Forward
+// ------------------------------------------------------------------------------------------
+
+// Embedding and every layer, for the T rows set by set_batch. Leaves the residual stream in h.
+static void forward_layers(void *arg) {
+    step_ctx *ctx = arg;
+    k25_model *m = ctx->m;
+    const k25_config *c = m->cfg;
+    k25_backend *be = m->be;
+    k25_weights *w = m->w;
+    int T = ctx->b->T, D = c->hidden;
+    size_t TD = (size_t)T * D;
+
+    be->embed(be, &w->embed, m->h);
+    for (int l = w->layer_begin; l < w->layer_end; l++) {
+        const k25_layer *L = &w->layers[l];
+        if (m->n_cap) capture_hidden(m, l, T);
+
+        // ---- attention: h += o_proj(MLA(rmsnorm(h))) ----
+        be->rmsnorm(be, m->h, D, &L->attn_norm, c->norm_eps, T, D, m->xn);
+        be->matmul(be, m->xn, &L->q_a, T, m->cq);
+        be->rmsnorm(be, m->cq, c->q_lora_rank, &L->q_a_norm, c->latent_norm_eps, T,
+                    c->q_lora_rank, m->cqn);
+        be->matmul(be, m->cqn, &L->q_b, T, m->q);
+        be->matmul(be, m->xn, &L->kv_a, T, m->kv);
+        be->mla_attention(be, l - w->layer_begin, L, m->q, m->kv, m->attn);
+        be->matmul(be, m->attn, &L->o_proj, T, m->d);
+        be->allreduce_sum(be, m->d, TD);
+        be->add_rmsnorm(be, m->h, m->d, &L->ffn_norm, c->norm_eps, T, D, m->xn);
+
+        // ---- FFN: h += dense SwiGLU, or routed experts + shared expert ----
+        if (!L->is_moe) {
+            be->matmul(be, m->xn, &L->ffn_gate, T, m->gate);
+            be->matmul(be, m->xn, &L->ffn_up, T, m->up);
+            be->silu_mul(be, m->gate, m->up, T, (int)L->ffn_gate.rows, m->act);
+            be->matmul(be, m->act, &L->ffn_down, T, m->d);
+        } else {
+            be->router(be, m->xn, L, m->ridx, m->rwts);
+            be->moe(be, m->xn, L, m->ridx, m->rwts, m->d);
+            if (L->ffn_gate.kind != K25_SRC_NONE) {
+                be->matmul(be, m->xn, &L->ffn_gate, T, m->gate);
+                be->matmul(be, m->xn, &L->ffn_up, T, m->up);
+                be->silu_mul(be, m->gate, m->up, T, (int)L->ffn_gate.rows, m->act);
+                be->matmul(be, m->act, &L->ffn_down, T, m->d2);
+                be->add(be, m->d, m->d2, TD);
+            }
+        }
+        be->allreduce_sum(be, m->d, TD);
+        be->add(be, m->h, m->d, TD);
+
+        if (m->opts.check_finite) check_finite(m, ctx->b, l);
+    }
+    if (m->n_cap) capture_hidden(m, w->layer_end, T);
+}
+
+void model_step(k25_model *m, const k25_batch *b, const int32_t *sample_rows, int n_sample,
+                const k25_sampling *params, int32_t *out, float *logits_out) {
+    const k25_config *c = m->cfg;
+    k25_backend *be = m->be;
+    k25_weights *w = m->w;
+    int D = c->hidden;
+    if (b->T <= 0 || b->T > m->opts.max_rows)
+        K25_DIE("model_step: %d rows (this model was created for at most %d)", b->T,
+                m->opts.max_rows);
+    if (n_sample < 0 || n_sample > b->T) K25_DIE("model_step: %d rows to sample of %d", n_sample, b->T);
+
+    be->set_batch(be, b);
+    step_ctx ctx = {m, b};
+    if (m->n_cap || m->opts.check_finite)
+        forward_layers(&ctx); // host copies between layers: no graph
+    else
+        be->run_graph(be, b->T, forward_layers, &ctx);
+    if (n_sample == 0) return;
+
+    // ---- final norm and lm_head on the sampled rows only (runs of consecutive rows at once) --
+    for (int i = 0; i < n_sample;) {
+        int r = sample_rows[i], n = 1;
+        if (r < 0 || r >= b->T) K25_DIE("model_step: sample row %d of %d", r, b->T);
+        while (i + n < n_sample && sample_rows[i + n] == r + n) n++;
+        be->rmsnorm(be, m->h + (size_t)r * D, D, &w->final_norm, c->norm_eps, n, D,
+                    m->hf + (size_t)i * D);
+        i += n;
+    }
+    be->matmul(be, m->hf, &w->lm_head, n_sample, m->logits);
+
+    // ---- sample: the sampled rows become the current batch (T = n_sample) ----
+    for (int i = 0; i < n_sample; i++) {
+        m->s_tokens[i] = b->tokens[sample_rows[i]];
+        m->s_pos[i] = b->pos[sample_rows[i]];
+        m->s_seq[i] = b->seq[sample_rows[i]];
+    }
+    k25_batch sb = *b;
+    sb.T = n_sample;
+    sb.tokens = m->s_tokens;
+    sb.pos = m->s_pos;
+    sb.seq = m->s_seq;
+    be->set_batch(be, &sb);
+    be->sample(be, m->logits, w->vocab_begin, w->vocab_local, params, out);
+    if (logits_out)
+        for (int i = 0; i < n_sample; i++)
+            be->gather_logits(be, m->logits, w->vocab_local, i, logits_out + (size_t)i * c->vocab);
+}

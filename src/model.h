@@ -1,0 +1,45 @@
+// The forward pass of the Kimi-K2.5 text model over one batch of token rows, written once
+// against the backend interface: embed, for each layer MLA attention then dense MLP or MoE
+// (each followed by a tensor-parallel sum), final norm, lm_head, sampling.
+#pragma once
+#include "backend.h"
+#include "config.h"
+#include "dist.h"
+#include "weights.h"
+
+typedef struct k25_model k25_model;
+
+typedef struct k25_model_opts {
+    int max_seqs;        // sequence slots (continuous batching)
+    int max_rows;        // most token rows in one step (prefill chunk or batch x (spec_k+1))
+    int kv_block;        // tokens per cache block
+    int n_blocks;        // cache blocks (0: sized from max_seqs * ctx_size)
+    int check_finite;    // NaN/Inf check of the hidden state after every layer (slow path)
+} k25_model_opts;
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Loads the weights into the backend and allocates activations and the paged latent cache.
+k25_model *model_create(const k25_config *cfg, k25_weights *w, k25_backend *be,
+                        const k25_dist *dist, const k25_model_opts *opts);
+void model_free(k25_model *m);
+int model_n_blocks(const k25_model *m);
+
+// One step over batch b (positions must already have cache blocks in b->block_table).
+// Rows listed in sample_rows[n_sample] go through the final norm and lm_head and are sampled
+// with params[i] (one per listed row); the tokens land in out[n_sample] on every rank. When
+// logits_out is not NULL it receives the full float32 logits of the sampled rows
+// ([n_sample][vocab], every rank).
+void model_step(k25_model *m, const k25_batch *b, const int32_t *sample_rows, int n_sample,
+                const k25_sampling *params, int32_t *out, float *logits_out);
+
+// Hidden state (input of layer `layer`, i.e. after layer-1) of the last step's rows, captured
+// for EAGLE-3 drafts: model_capture_layers() selects up to 3 layers before a step.
+void model_capture_layers(k25_model *m, const int *layers, int n);
+const float *model_captured(const k25_model *m, int i); // [T][D] host, after model_step
+
+#ifdef __cplusplus
+}
+#endif

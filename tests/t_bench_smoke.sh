@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# k25bench end to end on 2 ranks with the tiny model: the '#' description, the markdown table
+# and the JSON lines (every level present, request and token counts as asked, every metric
+# positive, median <= p99, throughputs and latencies consistent with each other). No timing
+# thresholds. Also: a bad command line fails on every rank with a message.
+set -u
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+bin=./k25bench
+[ -x "$bin" ] || { echo "missing $bin (build it first)"; exit 1; }
+fail() { echo "FAIL: $*"; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+timeout 300 mpirun -np 2 "$bin" --config config/tiny.ini --synthetic 1 --concurrency 1,4 \
+    --input-len 16 --output-len 8 --json "$tmp/out.jsonl" >"$tmp/stdout" 2>"$tmp/stderr" \
+    || { cat "$tmp/stderr"; fail "k25bench exited non-zero"; }
+cat "$tmp/stdout"
+
+# The description comes first, then the table: 2 ranks, the git line, one row per level.
+head -1 "$tmp/stdout" | grep -q '^# k25bench: ' || fail "first line is not the '# k25bench' line"
+grep -q '^# ranks: 2 (tp 2, pp 1)' "$tmp/stdout" || fail "no '# ranks: 2' line"
+for key in date hosts devices git model weights workload; do
+    grep -q "^# $key: " "$tmp/stdout" || fail "no '# $key:' line"
+done
+first_table=$(grep -n '^|' "$tmp/stdout" | head -1 | cut -d: -f1)
+last_hash=$(awk '/^\|/{exit} /^#/{n=NR} END{print n}' "$tmp/stdout")
+[ "$last_hash" -lt "$first_table" ] || fail "description lines after the table"
+# Rows: conc, reqs, in tok, out tok in columns 2..5 (column 1 is empty before the first '|').
+rows=$(awk -F'|' '/^\| *[0-9]/ {gsub(/ /,""); print $2, $3, $4, $5}' "$tmp/stdout" | head -2)
+[ "$rows" = $'1 5 80 40\n4 20 320 160' ] || fail "table rows (conc reqs in out): '$rows'"
+
+[ -f "$tmp/out.jsonl.tmp" ] && fail "temporary JSON file left behind"
+python3 - "$tmp/out.jsonl" <<'PY' || fail "JSON check"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+assert [o["max_concurrency"] for o in lines] == [1, 4], [o["max_concurrency"] for o in lines]
+for o in lines:
+    c = o["max_concurrency"]
+    n = 5 * c
+    assert o["num_prompts"] == n and o["completed"] == n, (c, o["num_prompts"], o["completed"])
+    assert o["total_input_tokens"] == n * 16, o["total_input_tokens"]
+    assert o["total_output_tokens"] == n * 8, o["total_output_tokens"]
+    assert o["ranks"] == 2 and o["tp"] == 2, (o["ranks"], o["tp"])
+    d = o["duration"]
+    assert d > 0
+    for k, v in (("request_throughput", n / d), ("output_throughput", n * 8 / d),
+                 ("total_token_throughput", n * 24 / d)):
+        assert abs(o[k] - v) <= 1e-6 * v, (k, o[k], v)
+    for m in ("ttft", "tpot", "itl", "e2el"):
+        mean, med, p99 = (o[f"{s}_{m}_ms"] for s in ("mean", "median", "p99"))
+        assert mean > 0 and med > 0 and p99 > 0, (c, m, mean, med, p99)
+        assert med <= p99, (c, m, med, p99)
+    # Per request E2EL = TTFT + 7 x TPOT (8 output tokens), so the means agree too; every
+    # token after the first has one ITL: their mean is the TPOT mean when all lengths match.
+    e2el = o["mean_ttft_ms"] + 7 * o["mean_tpot_ms"]
+    assert abs(o["mean_e2el_ms"] - e2el) <= 1e-6 * e2el, (o["mean_e2el_ms"], e2el)
+    assert abs(o["mean_itl_ms"] - o["mean_tpot_ms"]) <= 1e-6 * o["mean_tpot_ms"]
+    assert o["mean_ttft_ms"] < o["mean_e2el_ms"] and o["p99_e2el_ms"] <= d * 1000 + 1e-6
+    assert o["peak_mem_bytes"] > 0
+    p = o["decode_profile"]
+    assert p["batch"] == c and p["steps"] == 3, p
+    total = sum(p["ms"].values())
+    assert abs(total - p["step_ms"]) <= 1e-6 * p["step_ms"] + 1e-9, (total, p["step_ms"])
+print("json ok")
+PY
+
+# Bad command lines: every rank exits non-zero, with a message.
+out=$(timeout 60 mpirun -np 2 "$bin" --config config/tiny.ini 2>&1) && fail "--config without --synthetic accepted"
+grep -q -- "--synthetic" <<<"$out" || fail "no hint about --synthetic: $out"
+out=$(timeout 60 mpirun -np 2 "$bin" --config config/tiny.ini --synthetic 1 --concurrency 0 2>&1) \
+    && fail "--concurrency 0 accepted"
+out=$(timeout 60 mpirun -np 2 "$bin" --config config/tiny.ini --synthetic 1 --json /nonexistent/x.jsonl 2>&1) \
+    && fail "an unwritable --json path accepted"
+grep -q "cannot write" <<<"$out" || fail "no message about the --json path: $out"
+echo "t_bench_smoke: ok"

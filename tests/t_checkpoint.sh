@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# Damaged checkpoints are refused with a message naming what is wrong. A good checkpoint is
+# written with k25-mkckpt, copied, and each copy damaged one way: missing shard, truncated
+# shard, corrupt header JSON, wrong dtype, unsupported dtype, wrong shape, tensor missing from
+# its shard or from the index, flipped data byte (CRC manifest), missing manifest, unlisted
+# shard. Loading goes through `test_weights --load` (checkpoint_open + weights_plan), CRC checks
+# through `test_weights --verify`; when ./k25dec is built, 2-rank runs on the damaged copies
+# must exit non-zero (no rank left hanging) with the same message.
+set -u
+B=${K25_BUILD:-build}
+TW=$B/tests/test_weights
+MK=./k25-mkckpt
+for x in "$TW" "$MK"; do
+    [ -x "$x" ] || { echo "missing $x (build first)"; exit 1; }
+done
+tmp=$(mktemp -d /tmp/k25-ckpt-XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+
+good=$tmp/good
+"$MK" --config config/tiny.ini --synthetic 5 --out "$good" --shards 4 2>"$tmp/mk.log" ||
+    { cat "$tmp/mk.log"; echo "FAIL k25-mkckpt"; exit 1; }
+"$TW" --load "$good" >/dev/null || fail "good checkpoint does not load"
+"$TW" --verify "$good" >/dev/null || fail "good checkpoint does not verify"
+"$TW" --check "$good" 5 >/dev/null || fail "good checkpoint differs from --synthetic 5"
+
+# expect MODE DIR WHAT PATTERN...: `test_weights --MODE DIR` fails, its message has every pattern.
+expect() {
+    local mode=$1 dir=$2 what=$3 out rc
+    shift 3
+    out=$("$TW" --"$mode" "$dir" 2>&1)
+    rc=$?
+    if [ $rc -eq 0 ]; then fail "$what: accepted by --$mode"; return; fi
+    for p in "$@"; do
+        grep -qF -- "$p" <<<"$out" || fail "$what: --$mode message lacks '$p': $out"
+    done
+    echo "ok   $what ($mode): $out"
+}
+copy() { rm -rf "$tmp/$1"; cp -r "$good" "$tmp/$1"; echo "$tmp/$1"; }
+shard_of() { grep -l -F -- "\"$2\"" "$1"/*.safetensors | head -1; }
+# put FILE OFFSET TEXT: overwrite bytes in place.
+put() { printf '%s' "$3" | dd of="$1" bs=1 seek="$2" conv=notrunc status=none; }
+# Byte offset in FILE just after the first occurrence of PATTERN.
+after() { local o; o=$(grep -obUaF -- "$2" "$1" | head -1 | cut -d: -f1); echo $((o + ${#2})); }
+
+P=language_model.model.layers
+S2=model-00002-of-00004.safetensors
+
+d=$(copy missing)
+rm "$d/$S2"
+expect load "$d" "missing shard" "$S2" "No such file"
+expect verify "$d" "missing shard" "$S2" "missing"
+
+d=$(copy truncated)
+truncate -s -100 "$d/$S2"
+expect load "$d" "truncated shard" "$S2" "truncated" "tensor '"
+expect verify "$d" "truncated shard" "$S2" "bytes"
+
+d=$(copy badjson)
+f=$(shard_of "$d" "$P.0.self_attn.q_a_proj.weight")
+put "$f" "$(($(after "$f" "\"$P.0.self_attn.q_a_proj.weight\"") ))" ";"
+expect load "$d" "corrupt header JSON" "$(basename "$f")" "not valid JSON"
+
+d=$(copy dtype)
+t="$P.1.mlp.gate.e_score_correction_bias"
+f=$(shard_of "$d" "$t")
+put "$f" "$(after "$f" "\"$t\":{\"dtype\":\"")" "I32"
+expect load "$d" "wrong dtype" "$t" "dtype I32, expected F32" "$(basename "$f")"
+
+d=$(copy f16)
+t="$P.2.self_attn.kv_a_layernorm.weight"
+f=$(shard_of "$d" "$t")
+put "$f" "$(after "$f" "\"$t\":{\"dtype\":\"")" "F16\" "
+expect load "$d" "unsupported dtype" "$t" "F16 is not supported"
+
+d=$(copy shape)
+t="$P.0.self_attn.q_a_proj.weight"
+f=$(shard_of "$d" "$t")
+put "$f" "$(after "$f" "\"$t\":{\"dtype\":\"BF16\",\"shape\":[")" "128,64]"
+expect load "$d" "wrong shape" "$t" "shape [128, 64], expected [64, 128]"
+
+d=$(copy notinshard)
+t="$P.3.self_attn.q_a_layernorm.weight"
+f=$(shard_of "$d" "$t")
+put "$f" "$(($(after "$f" "\"$t") - 7))" "X"
+expect load "$d" "tensor missing from its shard" "$t" "$(basename "$f")" "does not contain it"
+
+d=$(copy notinindex)
+t="$P.3.self_attn.q_a_layernorm.weight"
+sed -i "s/\"$t\"/\"${t}X\"/" "$d/model.safetensors.index.json"
+expect load "$d" "tensor missing from the index" "model.layers.3.self_attn.q_a_layernorm.weight" "not found"
+
+d=$(copy packed)
+t="$P.2.mlp.experts.7.down_proj.weight_packed"
+f=$(shard_of "$d" "$t")
+put "$f" "$(after "$f" "\"$t\":{\"dtype\":\"I32\",\"shape\":[")" "16,128"
+expect load "$d" "wrong INT4 packed shape" "$t" "shape [16, 128], expected [128, 16]"
+
+d=$(copy crc)
+size=$(stat -c %s "$d/$S2")
+put "$d/$S2" $((size - 3)) "Z"
+"$TW" --load "$d" >/dev/null || fail "a flipped data byte must still load (only --verify sees it)"
+expect verify "$d" "data byte changed" "$S2" "CRC-32" "corrupted"
+cp -r "$d" "$tmp/remanifest"
+"$MK" --manifest "$tmp/remanifest" 2>/dev/null || fail "k25-mkckpt --manifest"
+"$TW" --verify "$tmp/remanifest" >/dev/null || fail "a regenerated manifest does not verify"
+
+d=$(copy nomanifest)
+rm "$d/k25-manifest.crc32"
+expect verify "$d" "no manifest" "k25-manifest.crc32" "k25-mkckpt --manifest"
+
+d=$(copy extra)
+cp "$d/$S2" "$d/model-extra.safetensors"
+expect verify "$d" "shard not in the manifest" "model-extra.safetensors" "not listed"
+
+d=$(copy noindex)
+rm "$d/model.safetensors.index.json"
+expect load "$d" "no index" "model.safetensors.index.json"
+
+# The decoder: every rank exits non-zero (mpirun returns, no hang) with the message.
+if [ -x ./k25dec ]; then
+    for c in missing:"$S2" dtype:"e_score_correction_bias" shape:"q_a_proj" crc:"CRC-32"; do
+        name=${c%%:*}
+        pat=${c#*:}
+        extra=()
+        [ "$name" = crc ] && extra=(--verify)
+        out=$(timeout 120 mpirun -np 2 ./k25dec --model "$tmp/$name" "${extra[@]}" --tokens 1,2 \
+              -n 1 --backend cpu 2>&1)
+        rc=$?
+        if [ $rc -eq 0 ] || [ $rc -eq 124 ]; then
+            fail "k25dec on $name: exit $rc"
+        elif ! grep -qF -- "$pat" <<<"$out"; then
+            fail "k25dec on $name: message lacks '$pat': $out"
+        else
+            echo "ok   k25dec -np 2 on $name exits $rc"
+        fi
+    done
+else
+    echo "skip k25dec checks: ./k25dec not built"
+fi
+
+[ $fails -eq 0 ] && echo "t_checkpoint: ok" || echo "t_checkpoint: $fails failure(s)"
+[ $fails -eq 0 ]

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The MPI world under mpirun: node-local ranks, tp x pp splits, TP sums and the OK vote on 2
+# and 4 ranks (tests/test_dist.c), plus the fatal paths: an MPI call that fails must name the
+# call, and a Slurm launch that produced singletons must be refused.
+set -u
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+bin=${K25_BUILD:-build}/tests/test_dist
+[ -x "$bin" ] || { echo "missing $bin (build it first)"; exit 1; }
+fail() { echo "FAIL: $*"; exit 1; }
+run() { timeout 120 "$@"; }
+
+for np in 2 4; do
+    run mpirun -np "$np" "$bin" || fail "test_dist on $np ranks"
+done
+
+out=$(run mpirun -np 2 "$bin" --mpi-error 2>&1) && fail "an invalid MPI call did not stop the job"
+grep -q "MPI error in MPI_Send" <<<"$out" || fail "no 'MPI error in MPI_Send' message: $out"
+
+# srun without PMIx: every task is a world of one while SLURM_NTASKS says otherwise.
+out=$(SLURM_NTASKS=4 run "$bin" 2>&1) && fail "a singleton with SLURM_NTASKS=4 was accepted"
+grep -q "srun --mpi=pmix" <<<"$out" || fail "singleton message lacks the fix: $out"
+# mpirun inside a larger allocation is a real world: accepted.
+SLURM_NTASKS=8 run mpirun -np 2 "$bin" || fail "mpirun -np 2 inside an allocation of 8 tasks"
+echo "t_dist: ok"
