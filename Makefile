@@ -70,13 +70,21 @@ endif
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(CU_SRCS:%.cu=$(BUILD)/%.o)
 TOOLS     := $(patsubst tools/%.c,%,$(wildcard tools/*.c))
 TESTS     := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
-GPU_TESTS := $(patsubst tests/%.cu,$(BUILD)/tests/%,$(wildcard tests/gpu_*.cu))
+# GPU tests and micro benchmarks (tests/gpu_*.cu, bench/micro_*.cu): compiled by nvcc, linked
+# like every other program; built by `all` when CUDA=1 so that CI keeps compiling them.
+ifeq ($(CUDA),1)
+  GPU_TESTS  := $(patsubst tests/%.cu,$(BUILD)/tests/%,$(wildcard tests/gpu_*.cu))
+  GPU_BENCHES := $(patsubst bench/%.cu,$(BUILD)/bench/%,$(wildcard bench/micro_*.cu))
+else
+  GPU_TESTS  :=
+  GPU_BENCHES :=
+endif
 BENCHES   := $(patsubst bench/%.c,$(BUILD)/bench/%,$(filter-out bench/k25bench.c,$(wildcard bench/*.c)))
 
 BINS := k25dec $(TOOLS) $(if $(wildcard bench/k25bench.c),k25bench)
 
 .PHONY: all test test-gpu bench clean run
-all: $(BINS) $(TESTS) $(BENCHES)
+all: $(BINS) $(TESTS) $(BENCHES) $(GPU_TESTS) $(GPU_BENCHES)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -102,9 +110,9 @@ $(TOOLS): %: $(BUILD)/tools/%.o $(BUILD)/libk25.a
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libk25.a
 	$(MPICC) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/tests/gpu_%: tests/gpu_%.cu $(BUILD)/libk25.a
-	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -o $@ $< $(BUILD)/libk25.a $(subst -fopenmp,-Xcompiler -fopenmp,$(LDLIBS)) $(shell $(MPICC) --showme:link)
+# GPU tests link like the CPU tests (the object comes from the %.cu rule above).
+$(BUILD)/tests/gpu_%: $(BUILD)/tests/gpu_%.o $(BUILD)/libk25.a
+	$(MPICC) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/bench/%: $(BUILD)/bench/%.o $(BUILD)/libk25.a
 	$(MPICC) -o $@ $^ $(LDLIBS)
@@ -114,7 +122,7 @@ test: $(BINS) $(TESTS)
 	@BUILD=$(BUILD) tests/run.sh
 
 # Everything on GPUs: kernel checks against the CPU reference, golden model, 2-rank NCCL.
-test-gpu: $(BINS) $(TESTS) $(GPU_TESTS)
+test-gpu: $(BINS) $(TESTS) $(GPU_TESTS) $(GPU_BENCHES)
 	@BUILD=$(BUILD) tests/run_gpu.sh
 
 # The README's first command: the embedded tiny model on 2 ranks.

@@ -1,9 +1,9 @@
 // Tokenizer throughput on one core: encode MB/s (Kimi pattern, specials allowed) and streaming
 // decode MB/s.
 //
-//   tokenizer_speed [TIKTOKEN_MODEL [TEXT_FILE]]
+//   tokenizer_speed [TIKTOKEN_MODEL|- [TEXT_FILE]]
 //
-// Without arguments the vocabulary is tests/data/tokenizer/tiktoken.model padded with random
+// Without a vocabulary (or with "-") the vocabulary is tests/data/tokenizer/tiktoken.model padded with random
 // never-matching tokens to Kimi's 163,584 ranks (so the hash table has the real size and cache
 // behaviour, while merges use the trained 6k-token table: more merge work per piece than a
 // real 160k vocabulary, so a conservative number). Texts: the multilingual test corpus, and the
@@ -121,7 +121,7 @@ static void bench(const k25_tokenizer *t, const char *name, const char *text, si
 }
 
 int main(int argc, char **argv) {
-    const char *vocab = argc > 1 ? argv[1] : NULL;
+    const char *vocab = argc > 1 && strcmp(argv[1], "-") ? argv[1] : NULL;
     const char *text_path = argc > 2 ? argv[2] : "tests/data/tokenizer/corpus.txt";
     char padded[64] = "/tmp/k25-tokbench-XXXXXX";
     if (!vocab) {
@@ -137,7 +137,7 @@ int main(int argc, char **argv) {
     if (tokenizer_load(vocab, NULL, NULL, 0, &t, err)) K25_DIE("%s", err);
     double load_ms = k25_now_ms() - t0;
     if (vocab == padded) unlink(padded);
-    printf("vocabulary: %s, %d ranks, loaded in %.0f ms; PCRE2 JIT: %s\n\n", argc > 1 ? argv[1] : "padded test vocabulary",
+    printf("vocabulary: %s, %d ranks, loaded in %.0f ms; PCRE2 JIT: %s\n\n", vocab == padded ? "padded test vocabulary" : vocab,
            tokenizer_n_base(t), load_ms, t->pre.jit ? "on" : "off");
     printf("| text                         |     MB |       ids | B/id  | encode MB/s | decode MB/s |\n");
     printf("|------------------------------|--------|-----------|-------|-------------|-------------|\n");

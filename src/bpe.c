@@ -46,6 +46,18 @@ static inline uint64_t hash_bytes(const unsigned char *s, size_t n) {
     return h;
 }
 
+static inline int bytes_eq(const unsigned char *a, const unsigned char *b, size_t n) {
+    for (; n >= 8; a += 8, b += 8, n -= 8) {
+        uint64_t x, y;
+        memcpy(&x, a, 8);
+        memcpy(&y, b, 8);
+        if (x != y) return 0;
+    }
+    while (n--)
+        if (*a++ != *b++) return 0;
+    return 1;
+}
+
 int32_t bpe_rank(const bpe_vocab *v, const unsigned char *s, size_t len) {
     uint64_t h = hash_bytes(s, len);
     uint64_t tag = h >> 32;
@@ -55,7 +67,7 @@ int32_t bpe_rank(const bpe_vocab *v, const unsigned char *s, size_t len) {
         if ((slot >> 32) != tag) continue;
         int32_t r = (int32_t)(uint32_t)slot - 1;
         uint32_t o = v->off[r];
-        if (v->off[r + 1] - o == len && memcmp(v->bytes + o, s, len) == 0) return r;
+        if (v->off[r + 1] - o == len && bytes_eq(v->bytes + o, s, len)) return r;
     }
 }
 
@@ -219,6 +231,8 @@ int bpe_vocab_parse(bpe_vocab *v, const char *name, const char *text, size_t len
     v->mask = cap - 1;
     v->slots = k25_calloc(cap, sizeof *v->slots);
     for (int r = 0; r < 256; r++) v->byte_rank[r] = -1;
+    v->pair_rank = k25_malloc(65536 * sizeof *v->pair_rank);
+    for (int p = 0; p < 65536; p++) v->pair_rank[p] = -1;
     for (size_t r = 0; r < n; r++) {
         int32_t q = hash_insert(v, (int32_t)r);
         if (q >= 0) {
@@ -227,7 +241,9 @@ int bpe_vocab_parse(bpe_vocab *v, const char *name, const char *text, size_t len
             bpe_vocab_free(v);
             goto out;
         }
-        if (v->off[r + 1] - v->off[r] == 1) v->byte_rank[v->bytes[v->off[r]]] = (int32_t)r;
+        const unsigned char *b = v->bytes + v->off[r];
+        if (v->off[r + 1] - v->off[r] == 1) v->byte_rank[b[0]] = (int32_t)r;
+        if (v->off[r + 1] - v->off[r] == 2) v->pair_rank[b[0] << 8 | b[1]] = (int32_t)r;
     }
     rc = 0;
 out:
@@ -268,6 +284,7 @@ void bpe_vocab_free(bpe_vocab *v) {
     free(v->bytes);
     free(v->off);
     free(v->slots);
+    free(v->pair_rank);
     memset(v, 0, sizeof *v);
 }
 
@@ -279,14 +296,20 @@ static inline int32_t rank_or_none(const bpe_vocab *v, const unsigned char *s, s
     return r < 0 ? RANK_NONE : r;
 }
 
+static inline int32_t pair_or_none(const bpe_vocab *v, const unsigned char *s) {
+    int32_t r = v->pair_rank[s[0] << 8 | s[1]];
+    return r < 0 ? RANK_NONE : r;
+}
+
 void bpe_merge_scan(const bpe_vocab *v, const unsigned char *s, size_t len, bpe_ids *out) {
-    // parts[i] starts at start[i]; rank[i] is the rank of parts i and i+1 merged. The last two
-    // entries are sentinels (start[np-1] == len).
+    // parts[i] starts at start[i] and is token tok[i]; rank[i] is the rank of parts i and i+1
+    // merged. The last two entries are sentinels (start[np-1] == len).
     uint32_t start[BPE_SCAN_MAX + 1];
-    int32_t rank[BPE_SCAN_MAX + 1];
+    int32_t rank[BPE_SCAN_MAX + 1], tok[BPE_SCAN_MAX + 1];
     size_t np = len + 1;
     for (size_t i = 0; i < np; i++) start[i] = (uint32_t)i;
-    for (size_t i = 0; i + 1 < len; i++) rank[i] = rank_or_none(v, s + i, 2);
+    for (size_t i = 0; i < len; i++) tok[i] = v->byte_rank[s[i]];
+    for (size_t i = 0; i + 1 < len; i++) rank[i] = pair_or_none(v, s + i);
     rank[len - 1] = rank[len] = RANK_NONE;
     for (;;) {
         int32_t best = RANK_NONE;
@@ -294,14 +317,16 @@ void bpe_merge_scan(const bpe_vocab *v, const unsigned char *s, size_t len, bpe_
         for (size_t i = 0; i + 1 < np; i++)
             if (rank[i] < best) best = rank[i], bi = i;
         if (best == RANK_NONE) break;
+        tok[bi] = best;
         if (bi > 0)
             rank[bi - 1] = bi + 2 < np ? rank_or_none(v, s + start[bi - 1], start[bi + 2] - start[bi - 1]) : RANK_NONE;
         rank[bi] = bi + 3 < np ? rank_or_none(v, s + start[bi], start[bi + 3] - start[bi]) : RANK_NONE;
         memmove(start + bi + 1, start + bi + 2, (np - bi - 2) * sizeof *start);
         memmove(rank + bi + 1, rank + bi + 2, (np - bi - 2) * sizeof *rank);
+        memmove(tok + bi + 1, tok + bi + 2, (np - bi - 2) * sizeof *tok);
         np--;
     }
-    for (size_t i = 0; i + 1 < np; i++) bpe_ids_push(out, bpe_rank(v, s + start[i], start[i + 1] - start[i]));
+    for (size_t i = 0; i + 1 < np; i++) bpe_ids_push(out, tok[i]);
 }
 
 // Min-heap of (rank << 32 | start): lowest rank first, leftmost on ties, like the scan.
@@ -339,12 +364,14 @@ void bpe_merge_heap(const bpe_vocab *v, const unsigned char *s, size_t len, bpe_
     uint32_t *next = k25_malloc((len + 1) * sizeof *next);
     uint32_t *prev = k25_malloc((len + 1) * sizeof *prev);
     int32_t *pair = k25_malloc((len + 1) * sizeof *pair);
+    int32_t *tok = k25_malloc((len + 1) * sizeof *tok); // token of the part starting at i
     uint64_t *heap = k25_malloc(3 * (len + 1) * sizeof *heap);
     size_t hn = 0;
     for (size_t i = 0; i <= len; i++) {
         next[i] = (uint32_t)(i + 1);
         prev[i] = (uint32_t)(i ? i - 1 : 0);
-        pair[i] = i + 1 < len ? rank_or_none(v, s + i, 2) : RANK_NONE;
+        tok[i] = i < len ? v->byte_rank[s[i]] : RANK_NONE;
+        pair[i] = i + 1 < len ? pair_or_none(v, s + i) : RANK_NONE;
         if (pair[i] != RANK_NONE) heap_push(heap, &hn, (uint64_t)pair[i] << 32 | i);
     }
     while (hn) {
@@ -353,6 +380,7 @@ void bpe_merge_heap(const bpe_vocab *v, const unsigned char *s, size_t len, bpe_
         int32_t r = (int32_t)(key >> 32);
         if (pair[i] != r) continue;
         uint32_t j = next[i], k = next[j]; // merge part j into part i
+        tok[i] = r;
         pair[j] = RANK_NONE;
         next[i] = k;
         prev[k] = i;
@@ -364,7 +392,8 @@ void bpe_merge_heap(const bpe_vocab *v, const unsigned char *s, size_t len, bpe_
             if (pair[p] != RANK_NONE) heap_push(heap, &hn, (uint64_t)pair[p] << 32 | p);
         }
     }
-    for (uint32_t i = 0; i < len; i = next[i]) bpe_ids_push(out, bpe_rank(v, s + i, next[i] - i));
+    for (uint32_t i = 0; i < len; i = next[i]) bpe_ids_push(out, tok[i]);
+    free(tok);
     free(next);
     free(prev);
     free(pair);

@@ -15,6 +15,7 @@ typedef struct bpe_vocab {
     uint64_t *slots;       // [mask + 1] hash table: (hash high 32 bits << 32) | (rank + 1); 0 = empty
     uint32_t mask;
     int32_t byte_rank[256]; // rank of each single byte, -1 when the vocabulary lacks it
+    int32_t *pair_rank;     // [65536] rank of each two-byte string (b0 << 8 | b1), -1 if absent
 } bpe_vocab;
 
 // A growable id list.

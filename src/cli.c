@@ -90,19 +90,27 @@ void cli_usage(FILE *f) {
         "Input:\n"
         "  -p, --prompt TEXT     prompt text\n"
         "  --tokens IDS          prompt token ids, comma-separated (e.g. 1,2,3)\n"
+        "  --tokenizer FILE      tiktoken.model to use (default: DIR/tiktoken.model of --model;\n"
+        "                        without one, prompt bytes are ids 0..255 and ids are printed)\n"
+        "  --tokenizer-pattern RE  pre-tokenizer regex (Rust syntax; default: Kimi's)\n"
         "\n"
         "Generation:\n"
         "  -n, --n-predict N     tokens to generate (default: run.n_predict; -1 = until EOS or\n"
         "                        the context end)\n"
         "  --temp T              temperature (default 0 = greedy)\n"
         "  --top-k K             keep the K most likely tokens (default 0 = off)\n"
-        "  --top-p P             nucleus sampling (default 1 = off)\n"
+        "  --top-p P             nucleus sampling (default 1 = off); top-k and top-p consider\n"
+        "                        at most the 1024 most likely tokens\n"
         "  --seed S              sampling seed (default 0)\n"
         "  -c, --ctx-size N      context size in tokens (default: run.ctx_size)\n"
         "\n"
         "Execution:\n"
         "  --backend cpu|cuda    compute backend (default: run.backend)\n"
         "  --threads N           CPU threads per rank (default 0 = cores / ranks on the node)\n"
+        "\n"
+        "Tokenizer tools (no model, no mpirun needed; --tokenizer FILE or the byte fallback):\n"
+        "  --tokenize            UTF-8 text on stdin -> token ids on stdout\n"
+        "  --detokenize          token ids on stdin -> text on stdout\n"
         "\n"
         "Output:\n"
         "  --print-ids           print generated token ids instead of text\n"
@@ -183,7 +191,7 @@ static int parse_tokens(const char *s, int32_t **out, int *n, char *err) {
 typedef enum {
     F_MODEL, F_CONFIG, F_SYNTH, F_SET, F_VERIFY, F_DUMP_CONFIG, F_PROMPT, F_TOKENS, F_N,
     F_TEMP, F_TOPK, F_TOPP, F_SEED, F_CTX, F_BACKEND, F_THREADS, F_PRINT_IDS, F_DUMP_LOGITS,
-    F_CHECK_FINITE, F_VERBOSE, F_HELP
+    F_CHECK_FINITE, F_VERBOSE, F_HELP, F_TOKENIZER, F_TOK_PATTERN, F_TOKENIZE, F_DETOKENIZE
 } flag_id;
 
 typedef struct flag_def {
@@ -203,7 +211,9 @@ static const flag_def flags[] = {
     {NULL, "--backend", F_BACKEND, 1},      {NULL, "--threads", F_THREADS, 1},
     {NULL, "--print-ids", F_PRINT_IDS, 0},  {NULL, "--dump-logits", F_DUMP_LOGITS, 1},
     {NULL, "--check-finite", F_CHECK_FINITE, 0}, {"-v", "--verbose", F_VERBOSE, 0},
-    {"-h", "--help", F_HELP, 0},
+    {"-h", "--help", F_HELP, 0},            {NULL, "--tokenizer", F_TOKENIZER, 1},
+    {NULL, "--tokenizer-pattern", F_TOK_PATTERN, 1}, {NULL, "--tokenize", F_TOKENIZE, 0},
+    {NULL, "--detokenize", F_DETOKENIZE, 0},
 };
 
 static const flag_def *find_flag(const char *arg, const char **inline_value) {
@@ -288,9 +298,15 @@ int cli_parse(int argc, char **argv, k25_cli *o, char *err) {
         case F_CHECK_FINITE: o->check_finite = 1; break;
         case F_VERBOSE: o->verbose = 1; break;
         case F_HELP: o->help = 1; break;
+        case F_TOKENIZER: o->tokenizer_file = val; break;
+        case F_TOK_PATTERN: o->tokenizer_pattern = val; break;
+        case F_TOKENIZE: o->tokenize = 1; break;
+        case F_DETOKENIZE: o->detokenize = 1; break;
         }
     }
-    if (rc == 0 && !o->help) {
+    if (rc == 0 && !o->help && (o->tokenize || o->detokenize)) {
+        if (o->tokenize && o->detokenize) rc = k25_err(err, "--tokenize and --detokenize exclude each other");
+    } else if (rc == 0 && !o->help) {
         if (o->model_dir && o->config_file)
             rc = k25_err(err, "--model and --config exclude each other");
         else if (o->config_file && !o->synthetic)

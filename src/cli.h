@@ -19,6 +19,11 @@ typedef struct k25_cli {
     int n_sets;
     int verify;                   // --verify: CRC manifest check before loading
 
+    // text
+    const char *tokenizer_file;   // --tokenizer FILE (tiktoken.model); default DIR/tiktoken.model
+    const char *tokenizer_pattern; // --tokenizer-pattern: pre-tokenizer regex (Rust syntax)
+    int tokenize, detokenize;     // developer tools: stdin -> stdout, no model, no MPI
+
     // input
     const char *prompt;           // -p TEXT
     int32_t *tokens;              // --tokens 1,2,3 (malloc'ed)

@@ -81,7 +81,7 @@ k25_engine *engine_create(k25_model *m, const k25_config *cfg, const k25_engine_
         k25_err(err, "engine: max_rows %d below max_batch %d", o->max_rows, o->max_batch);
         return NULL;
     }
-    if (o->kv_block < 1 || o->ctx_size < 2) {
+    if (o->kv_block < 1 || o->ctx_size < 1) {
         k25_err(err, "engine: kv_block %d / ctx_size %d out of range", o->kv_block, o->ctx_size);
         return NULL;
     }
@@ -160,9 +160,10 @@ int engine_submit(k25_engine *e, const k25_request *r, char *err) {
             return k25_err(err, "request %d: prompt token %d is %d, outside the vocabulary "
                                 "0..%d", e->n_req, i, r->prompt[i], e->cfg->vocab - 1);
     int len = cache_len(r->n_prompt, r->max_new);
-    if (r->n_prompt + r->max_new > e->o.ctx_size)
-        return k25_err(err, "request %d: %d prompt + %d new tokens exceed ctx_size %d",
-                       e->n_req, r->n_prompt, r->max_new, e->o.ctx_size);
+    if (len > e->o.ctx_size)
+        return k25_err(err, "request %d: %d prompt + %d new tokens need %d positions, more than "
+                            "ctx_size %d", e->n_req, r->n_prompt, r->max_new, len,
+                       e->o.ctx_size);
     if (!kvcache_fits(&e->kv, len))
         return k25_err(err, "request %d: %d cache positions need %d blocks, the cache has %d",
                        e->n_req, len, kvcache_blocks_for(&e->kv, len), e->kv.n_blocks);

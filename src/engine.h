@@ -54,7 +54,7 @@ typedef struct k25_engine_opts {
     int prefill_chunk;       // prompt tokens per step at most, all prefilling sequences together
     int max_rows;            // rows per step at most (the model's max_rows), >= max_batch
     int kv_block;            // tokens per cache block (as the model was built with)
-    int ctx_size;            // longest sequence: prompt + generated tokens
+    int ctx_size;            // most cache positions of a sequence: prompt + generated - 1
     int n_blocks;            // cache blocks; 0: model_n_blocks()
     int prefill_first;       // no decode rows while an admitted sequence is still prefilling:
                              // benches use it to reach a full batch of decode rows

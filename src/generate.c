@@ -137,7 +137,8 @@ int generate(k25_model *m, const k25_config *cfg, const k25_dist *dist,
     int ok = 1;
     if (o->dump_logits && rank0) ok = dump_open(&dump, o->dump_logits, V, derr) == 0;
     if (!dist_all_ok(dist, ok)) {
-        if (rank0) dump_close(&dump, err), snprintf(err, K25_ERR_LEN, "%s", derr);
+        dump_close(&dump, NULL);
+        if (rank0) snprintf(err, K25_ERR_LEN, "%s", derr);
         else k25_err(err, "--dump-logits failed on rank 0");
         return -1;
     }

@@ -14,6 +14,7 @@
 #include "generate.h"
 #include "instance.h"
 #include "tokenizer.h"
+#include "tokenizer_cli.h"
 #include "verify.h"
 
 // ------------------------------------------------------------------------------------------
@@ -68,15 +69,26 @@ static size_t tok_flush(void *ctx, char *out, size_t cap) {
     return detok_flush(&((tok_codec *)ctx)->detok, out, cap);
 }
 
-// The tokenizer of a checkpoint directory, if it has one (0), none (0, codec left empty: the
-// byte fallback), or a broken one (-1).
-static int load_tokenizer(const char *dir, int n_vocab, tok_codec *tc, k25_text_codec *codec,
+// The tokenizer: --tokenizer FILE, else the checkpoint directory's tiktoken.model if it has
+// one; with tokenizer_config.json from the same directory when present. Returns 0 (loaded, or
+// none: the codec stays empty, the byte fallback) or -1 (a broken tokenizer).
+static int load_tokenizer(const k25_cli *o, int n_vocab, tok_codec *tc, k25_text_codec *codec,
                           char *err) {
     char model[4096], conf[4096];
-    snprintf(model, sizeof model, "%s/tiktoken.model", dir);
-    snprintf(conf, sizeof conf, "%s/tokenizer_config.json", dir);
-    if (access(model, F_OK) != 0) return 0;
-    if (tokenizer_load(model, access(conf, F_OK) == 0 ? conf : NULL, NULL, n_vocab, &tc->tok, err))
+    if (o->tokenizer_file) {
+        snprintf(model, sizeof model, "%s", o->tokenizer_file);
+        const char *slash = strrchr(model, '/');
+        snprintf(conf, sizeof conf, "%.*stokenizer_config.json",
+                 slash ? (int)(slash - model + 1) : 0, model);
+    } else if (o->model_dir) {
+        snprintf(model, sizeof model, "%s/tiktoken.model", o->model_dir);
+        snprintf(conf, sizeof conf, "%s/tokenizer_config.json", o->model_dir);
+        if (access(model, F_OK) != 0) return 0;
+    } else {
+        return 0;
+    }
+    if (tokenizer_load(model, access(conf, F_OK) == 0 ? conf : NULL, o->tokenizer_pattern,
+                       n_vocab, &tc->tok, err))
         return -1;
     detok_init(&tc->detok, tc->tok);
     codec->ctx = tc;
@@ -140,13 +152,17 @@ static void print_timings(double load_ms, const k25_gen_result *r) {
 
 int main(int argc, char **argv) {
     double t_start = k25_now_ms();
-    k25_dist d;
-    dist_init(&d, &argc, &argv);
     char err[K25_ERR_LEN] = "";
 
-    // ---- command line (identical on every rank) ----
+    // ---- command line (identical on every rank); the tokenizer tools run without MPI ----
     k25_cli o;
-    if (cli_parse(argc, argv, &o, err)) {
+    int parse_rc = cli_parse(argc, argv, &o, err);
+    if (parse_rc == 0 && !o.help && (o.tokenize || o.detokenize))
+        return o.tokenize ? tokenizer_cli_tokenize(o.tokenizer_file, o.tokenizer_pattern, stdin, stdout)
+                          : tokenizer_cli_detokenize(o.tokenizer_file, o.tokenizer_pattern, stdin, stdout);
+    k25_dist d;
+    dist_init(&d, &argc, &argv);
+    if (parse_rc) {
         if (d.world_rank == 0) fprintf(stderr, "k25dec: error: %s\nTry 'k25dec --help'.\n", err);
         dist_finalize(&d);
         return 2;
@@ -176,7 +192,7 @@ int main(int argc, char **argv) {
     tok_codec tc = {0};
     int32_t *prompt = NULL;
     int n_prompt = 0, ok = 1;
-    if (o.model_dir) agree_or_exit(&d, load_tokenizer(o.model_dir, cfg.vocab, &tc, &codec, err) == 0, err);
+    agree_or_exit(&d, load_tokenizer(&o, cfg.vocab, &tc, &codec, err) == 0, err);
     if (!codec.encode && o.prompt)
         k25_log("k25dec: no tokenizer: the prompt's bytes are token ids 0..255, ids are printed\n");
     if (o.tokens) {

@@ -16,8 +16,11 @@
 //     Script_Extensions (\p{Han} would take 、。「 too), so bare script names become \p{sc:Name}.
 //   - \uXXXX, \u{X}, \UXXXXXXXX -> \x{X}; $ means end of text (PCRE2_DOLLAR_ENDONLY); '.' stops at
 //     \n only (newline convention LF).
-// Property tables come from the libraries' Unicode versions (PCRE2 10.42: Unicode 14); the
-// two agree except on code points assigned after that.
+// Limits: \S inside a class, \w, \b and POSIX classes keep PCRE2's UCP meaning (close to Rust's,
+// not identical); Rust-only syntax not listed here is passed through and PCRE2 may reject it.
+// Property tables come from the libraries' Unicode versions (PCRE2 10.42: Unicode 14); the two
+// agree except on code points assigned after that. A pattern that matches the empty string
+// makes tiktoken panic; here empty matches produce no piece.
 #include "pretokenize.h"
 
 #include <stdarg.h>
@@ -261,7 +264,7 @@ static int parse_operand(const char *p, size_t *i, int first, class_expr *out, c
             class_expr_free(&only);
             only = nested;
         } else {
-            if (c == '^') sb_puts(&items, "\\");
+            if (c == '^' || c == ']') sb_puts(&items, "\\"); // literal wherever the items end up
             sb_putn(&items, &c, 1);
             (*i)++;
         }
@@ -415,27 +418,40 @@ void pretok_free(pretok *p) {
     memset(p, 0, sizeof *p);
 }
 
-int pretok_split(const pretok *p, const unsigned char *s, size_t len, pretok_piece_fn fn, void *ctx, char *err) {
-    if (len == 0) return 0;
-    pcre2_code *re = p->re;
-    pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
+void pretok_begin(const pretok *p, pretok_state *st) {
+    st->md = pcre2_match_data_create_from_pattern((pcre2_code *)p->re, NULL);
     pcre2_match_context *mc = pcre2_match_context_create(NULL);
+    if (!st->md || !mc) K25_DIE("out of memory creating PCRE2 match data");
     // Repeated lookahead groups (the translated class intersections) keep a backtracking
-    // frame per code point; runs reach 25,000 code points, so give the matcher room.
+    // frame per code point and runs reach 25,000 code points, so the matcher gets room (the
+    // JIT stack is reserved address space, touched only as deep as a match goes).
     pcre2_jit_stack *js = p->jit ? pcre2_jit_stack_create(64 * 1024, 256 * 1024 * 1024, NULL) : NULL;
     if (js) pcre2_jit_stack_assign(mc, NULL, js);
-    pcre2_set_heap_limit(mc, 4u << 20); // KiB
+    pcre2_set_heap_limit(mc, 4u << 20); // KiB, for the interpreter when there is no JIT
     pcre2_set_match_limit(mc, 1000000000u);
-    int rc = 0;
+    st->mc = mc;
+    st->js = js;
+}
+
+void pretok_end(pretok_state *st) {
+    if (st->js) pcre2_jit_stack_free(st->js);
+    pcre2_match_context_free(st->mc);
+    pcre2_match_data_free(st->md);
+    memset(st, 0, sizeof *st);
+}
+
+int pretok_split(const pretok *p, pretok_state *st, const unsigned char *s, size_t len, pretok_piece_fn fn, void *ctx,
+                 char *err) {
+    pcre2_code *re = p->re;
+    pcre2_match_data *md = st->md;
     size_t pos = 0;
     while (pos < len) {
-        int m = pcre2_match(re, s, len, pos, PCRE2_NO_UTF_CHECK, md, mc);
+        int m = pcre2_match(re, s, len, pos, PCRE2_NO_UTF_CHECK, md, st->mc);
         if (m == PCRE2_ERROR_NOMATCH) break;
         if (m < 0) {
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(m, msg, sizeof msg);
-            rc = k25_err(err, "pre-tokenizer match failed at byte offset %zu: %s", pos, (const char *)msg);
-            break;
+            return k25_err(err, "pre-tokenizer match failed at byte offset %zu: %s", pos, (const char *)msg);
         }
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
         size_t a = ov[0], b = ov[1];
@@ -444,14 +460,8 @@ int pretok_split(const pretok *p, const unsigned char *s, size_t len, pretok_pie
             while (pos < len && (s[pos] & 0xC0) == 0x80) pos++;
             continue;
         }
-        if (fn(ctx, s + a, b - a, err)) {
-            rc = -1;
-            break;
-        }
+        if (fn(ctx, s + a, b - a, err)) return -1;
         pos = b;
     }
-    if (js) pcre2_jit_stack_free(js);
-    pcre2_match_context_free(mc);
-    pcre2_match_data_free(md);
-    return rc;
+    return 0;
 }

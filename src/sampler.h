@@ -15,8 +15,9 @@
 //                             probabilities being softmax(z) over the top-k set when top_k is
 //                             on, over the whole vocabulary otherwise; then Gumbel-max among
 //                             the kept candidates.
-// Temperature is applied before top-k/top-p (as Hugging Face's warpers do). Top-p alone keeps
-// at most K25_SAMPLE_CAND_MAX tokens: a nucleus wider than that is cut there.
+// Temperature is applied before top-k/top-p (as Hugging Face's warpers do). The candidate cap:
+// top-p alone keeps at most K25_SAMPLE_CAND_MAX (1024) tokens, a nucleus wider than that is cut
+// there, and a top_k above the cap acts as the cap.
 // Candidate order is (z descending, id ascending) everywhere, so ties break the same way on any
 // split.
 #pragma once

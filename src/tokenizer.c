@@ -328,6 +328,7 @@ static inline int py_isspace(uint32_t c) {
 
 typedef struct encode_ctx {
     const k25_tokenizer *t;
+    pretok_state st;
     bpe_ids *out;
 } encode_ctx;
 
@@ -354,19 +355,18 @@ static int32_t find_special(const k25_tokenizer *t, const unsigned char *s, size
 }
 
 // One slice after the chunk/run cuts: tiktoken's encode with allowed_special = all / none.
-static int encode_slice(const k25_tokenizer *t, const unsigned char *s, size_t len, int allow_special, bpe_ids *out,
-                        char *err) {
-    encode_ctx ctx = {t, out};
+static int encode_slice(encode_ctx *c, const unsigned char *s, size_t len, int allow_special, char *err) {
+    const k25_tokenizer *t = c->t;
     while (allow_special && len) {
         size_t at;
         int32_t k = find_special(t, s, len, &at);
         if (k < 0) break;
-        if (pretok_split(&t->pre, s, at, encode_piece, &ctx, err)) return -1;
-        bpe_ids_push(out, t->n_base + k);
+        if (pretok_split(&t->pre, &c->st, s, at, encode_piece, c, err)) return -1;
+        bpe_ids_push(c->out, t->n_base + k);
         s += at + t->special_len[k];
         len -= at + t->special_len[k];
     }
-    return pretok_split(&t->pre, s, len, encode_piece, &ctx, err);
+    return pretok_split(&t->pre, &c->st, s, len, encode_piece, c, err);
 }
 
 int tokenizer_encode(const k25_tokenizer *t, const char *text, size_t len, int allow_special, int32_t **ids,
@@ -390,8 +390,10 @@ int tokenizer_encode(const k25_tokenizer *t, const char *text, size_t len, int a
     } else {
         // Chunk at 400,000 code points; within a chunk cut before a code point that would make
         // a whitespace or non-whitespace run longer than 25,000.
+        encode_ctx ctx = {.t = t, .out = &out};
+        pretok_begin(&t->pre, &ctx.st);
         size_t slice = 0, cps = 0, run = 0;
-        int run_space = 0;
+        int run_space = 0, rc = 0;
         for (size_t i = 0; i < len;) {
             uint32_t cp;
             int l = utf8_next(s + i, &cp);
@@ -413,13 +415,15 @@ int tokenizer_encode(const k25_tokenizer *t, const char *text, size_t len, int a
                 run = 1;
             }
             if (cut && i > slice) {
-                if (encode_slice(t, s + slice, i - slice, allow_special, &out, err)) goto fail;
+                if ((rc = encode_slice(&ctx, s + slice, i - slice, allow_special, err))) break;
                 slice = i;
             }
             cps++;
             i += (size_t)l;
         }
-        if (len > slice && encode_slice(t, s + slice, len - slice, allow_special, &out, err)) goto fail;
+        if (!rc && len > slice) rc = encode_slice(&ctx, s + slice, len - slice, allow_special, err);
+        pretok_end(&ctx.st);
+        if (rc) goto fail;
     }
     *ids = out.v ? out.v : k25_malloc(sizeof(int32_t));
     *n = out.n;

@@ -66,10 +66,13 @@ size_t detok_push(k25_detok *d, int32_t id, char *out, size_t cap);
 // Writes what is still pending (an incomplete tail comes out as U+FFFD) and resets.
 size_t detok_flush(k25_detok *d, char *out, size_t cap);
 
-// Rewrites Rust-regex class intersections of the form [A&&[^B]] (A, B: class bodies without
-// nested brackets) into PCRE2 syntax (?:(?!B-as-class)[A]). Other uses of && (nested
-// intersections, [A&&B] without negation, &&- in other positions) are rejected with an error.
-// Returns a malloc'ed string or NULL with a message in err.
+// Translates a tiktoken pattern (Rust regex syntax) into PCRE2 syntax. Class set operations
+// become lookaheads: [A&&[^B]] -> (?:(?![B])[A]), [A&&B] -> (?:(?=[B])[A]), [A--B] ->
+// (?:(?![B])[A]), with any number of operands (left to right), nested classes (unions) and an
+// outer negation; symmetric difference (~~) is rejected. \s, \S (outside classes), \d and bare
+// script names (\p{Han} -> \p{sc:Han}) are rewritten to keep Rust's meaning; see
+// pretokenize.c for the full list and the limits. Returns a malloc'ed string, or NULL with a
+// message in err.
 char *tokenizer_translate_pattern(const char *rust_pattern, char *err);
 
 #ifdef __cplusplus

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The k25dec command line: every bad input (unknown flag, missing value, bad number, a prompt
-# longer than the context, a rank count that cannot split the heads, a backend that is not
-# built) fails on every rank with a non-zero status and a clear message, within a timeout;
-# -h prints the usage; --dump-config round-trips and the built-in default equals
-# config/tiny.ini; the README command prints tokens; -n past the context stops at the context
-# end; an EOS token stops generation.
+# longer than the context, a rank count that cannot split the heads, a missing file or key)
+# fails on every rank with a non-zero status and a clear message, within a timeout; so do
+# --backend cuda without a GPU and --check-finite on an overflow (naming the layer); -h prints
+# the usage; --dump-config round-trips and the built-in default equals config/tiny.ini; the
+# README command prints tokens; with a tokenizer the text out matches the ids; -n past the
+# context stops at the context end; an EOS token stops generation.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -53,7 +54,27 @@ expect_fail 3 '3 ranks cannot split 8 attention heads' -p hi
 expect_fail 2 'add --synthetic SEED' --config config/tiny.ini -p hi
 expect_fail 2 'cannot open' --config /nonexistent.ini --synthetic 1 -p hi
 expect_fail 2 'model.no_such_key' --set model.no_such_key=1 -p hi
-expect_fail 2 'CUDA' --backend cuda -p hi
+expect_fail 2 'cannot create /nonexistent/x.bin.tmp' -p hi -n 2 --dump-logits /nonexistent/x.bin
+
+# --backend cuda without a usable GPU (CPU-only build: "built without CUDA"; CUDA build on a
+# machine without a GPU: the backend's own fatal error) fails, without hanging
+if [ -z "$(command -v nvidia-smi)" ] || ! nvidia-smi -L >/dev/null 2>&1; then
+    timeout 60 mpirun -np 2 ./k25dec --backend cuda -p hi -n 2 >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && grep -qi 'cuda\|gpu' "$tmp/err"; then
+        echo "ok   --backend cuda without a GPU: $(grep -m1 -i 'error' "$tmp/err")"
+    else bad "--backend cuda without a GPU (rc $rc)"; cat "$tmp/err"; fi
+fi
+
+# --check-finite names the layer and position of the first NaN/Inf (routing weights ~1e38
+# overflow the MoE output of layer 1); a fatal error aborts the job: non-zero, no hang
+timeout 60 mpirun -np 2 ./k25dec --check-finite --set model.routed_scaling_factor=3e38 -p hi -n 2 \
+    >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] &&
+    grep -q 'non-finite hidden state (inf) after layer 1: row 0 (sequence 0, position 0' "$tmp/err"; then
+    echo "ok   --check-finite: $(grep -m1 'non-finite' "$tmp/err")"
+else bad "--check-finite (rc $rc)"; cat "$tmp/err"; fi
 
 # -h: usage with an example on stdout, status 0
 if run 2 -h && grep -q '^Usage:' "$tmp/out" && grep -q 'Example' "$tmp/out" &&
@@ -82,6 +103,19 @@ if run 2 -p "Hello" -n 8 && [ "$(wc -l <"$tmp/out")" -eq 1 ] && [ "$(wc -w <"$tm
     if cmp -s "$tmp/out" "$tmp/hello.txt"; then echo "ok   mpirun -np 2 ./k25dec -p Hello -n 8: $(cat "$tmp/out")"
     else bad "-p Hello differs from its bytes as --tokens"; fi
 else bad "README command"; cat "$tmp/out" "$tmp/err"; fi
+
+# With a tokenizer: text on stdout, equal to the printed ids detokenized; the prompt text and
+# its ids from --tokenize give the same tokens
+tokargs=(--config config/tiny.ini --set model.vocab_size=6512 --synthetic 1
+         --tokenizer tests/data/tokenizer/tiktoken.model -n 10)
+if run 2 "${tokargs[@]}" -p "Hello world" --print-ids && cp "$tmp/out" "$tmp/ids.txt" &&
+    run 2 "${tokargs[@]}" -p "Hello world" && cp "$tmp/out" "$tmp/text.txt" &&
+    ids=$(printf 'Hello world' | ./k25dec --tokenizer tests/data/tokenizer/tiktoken.model --tokenize) &&
+    run 1 "${tokargs[@]}" --tokens "$(echo $ids | tr ' ' ',')" && cmp -s "$tmp/out" "$tmp/ids.txt" &&
+    ./k25dec --tokenizer tests/data/tokenizer/tiktoken.model --detokenize <"$tmp/ids.txt" >"$tmp/det.txt" &&
+    echo >>"$tmp/det.txt" && cmp -s "$tmp/det.txt" "$tmp/text.txt"; then
+    echo "ok   tokenizer: text out == detokenized ids; -p == --tokens of --tokenize"
+else bad "tokenizer text output"; cat "$tmp/ids.txt" "$tmp/text.txt" "$tmp/out"; fi
 
 # -n past the context: 10 prompt tokens, context 12 -> 3 tokens (the last needs no position)
 if run 2 --tokens 1,2,3,4,5,6,7,8,9,10 -c 12 -n 8 && [ "$(wc -w <"$tmp/out")" -eq 3 ] &&

@@ -170,7 +170,7 @@ static void check_refusals(k25_model *m, const k25_config *cfg) {
     q.n_prompt = 2;
     q.max_new = 0;
     CHECK(engine_submit(e, &q, err) == -1, "max_new 0 accepted");
-    q.max_new = 511;
+    q.max_new = 512; // 513 positions
     CHECK(engine_submit(e, &q, err) == -1, "longer than ctx_size accepted");
     q.max_new = 40; // 41 positions: 11 blocks of 4, the cache has 10
     CHECK(engine_submit(e, &q, err) == -1, "longer than the whole cache accepted");

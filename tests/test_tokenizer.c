@@ -472,7 +472,10 @@ static void check_pattern(const char *rust, const char *text, const char *want) 
     }
     pieces got = {.n = 0};
     got.buf[0] = 0;
-    pretok_split(&p, (const unsigned char *)text, strlen(text), collect, &got, err);
+    pretok_state st;
+    pretok_begin(&p, &st);
+    pretok_split(&p, &st, (const unsigned char *)text, strlen(text), collect, &got, err);
+    pretok_end(&st);
     CHECK(!strcmp(got.buf, want), "pattern %s on \"%s\": %s, want %s (translated %s)", rust, text, got.buf, want,
           p.pattern);
     pretok_free(&p);
@@ -489,6 +492,8 @@ static void check_translation(void) {
     check_pattern("\\u{41}\\u0042|.", "ABC", "[AB][C]");
     check_pattern("\\d+|.", "12٣x", "[12٣][x]");
     check_pattern("a*", "baab", "[aa]"); // empty matches produce nothing
+    check_pattern("[]a]+|.", "]a]b", "[]a]][b]");
+    check_pattern("[^]]+|.", "ab]c", "[ab][]][c]");
     char err[K25_ERR_LEN];
     char *s = tokenizer_translate_pattern("[\\p{Lu}&&[^\\p{Han}]]", err);
     CHECK(s && !strcmp(s, "(?:(?![\\p{sc:Han}])[\\p{Lu}])"), "translation: %s", s ? s : err);

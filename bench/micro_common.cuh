@@ -1,0 +1,102 @@
+// Shared by the GPU micro benchmarks: event timing of graph replays (median of many), the
+// device-to-device copy bandwidth measured in the same run, and the output (a markdown table on
+// stdout with '#' description lines, JSON lines to the file given by --json).
+#pragma once
+#include <algorithm>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <vector>
+
+#include "cuda_kernels.cuh"
+
+static FILE *bench_json = NULL;
+
+static void bench_open_json(int argc, char **argv) {
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--json")) {
+            bench_json = fopen(argv[i + 1], "a");
+            if (!bench_json) K25_DIE("cannot open %s", argv[i + 1]);
+        }
+}
+
+static void bench_jsonl(const char *fmt, ...) {
+    if (!bench_json) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(bench_json, fmt, ap);
+    va_end(ap);
+    fputc('\n', bench_json);
+    fflush(bench_json);
+}
+
+static int bench_flag(int argc, char **argv, const char *name) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], name)) return 1;
+    return 0;
+}
+
+static double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    size_t n = v.size();
+    return n ? (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2])) : 0.0;
+}
+
+// Median time in microseconds of one call of fn(rep) over `reps` calls captured in a graph
+// (inner calls per replay), replayed `iters` times after a warm-up replay.
+template <typename F>
+static double time_graph_us(cudaStream_t s, int inner, int iters, F fn) {
+    cudaGraph_t g;
+    cudaGraphExec_t ex;
+    CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int r = 0; r < inner; r++) fn(r);
+    CUDA_CHECK(cudaStreamEndCapture(s, &g));
+    CUDA_CHECK(cudaGraphInstantiate(&ex, g, 0));
+    cudaEvent_t a, b;
+    CUDA_CHECK(cudaEventCreate(&a));
+    CUDA_CHECK(cudaEventCreate(&b));
+    CUDA_CHECK(cudaGraphLaunch(ex, s)); // warm-up
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    std::vector<double> t;
+    for (int i = 0; i < iters; i++) {
+        CUDA_CHECK(cudaEventRecord(a, s));
+        CUDA_CHECK(cudaGraphLaunch(ex, s));
+        CUDA_CHECK(cudaEventRecord(b, s));
+        CUDA_CHECK(cudaEventSynchronize(b));
+        float ms;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+        t.push_back(ms * 1e3 / inner);
+    }
+    CUDA_CHECK(cudaEventDestroy(a));
+    CUDA_CHECK(cudaEventDestroy(b));
+    CUDA_CHECK(cudaGraphExecDestroy(ex));
+    CUDA_CHECK(cudaGraphDestroy(g));
+    return median(t);
+}
+
+// Device-to-device copy of `bytes`: GB/s counting bytes read plus bytes written.
+static double copy_bandwidth_gbs(cudaStream_t s, size_t bytes) {
+    void *a, *b;
+    CUDA_CHECK(cudaMalloc(&a, bytes));
+    CUDA_CHECK(cudaMalloc(&b, bytes));
+    CUDA_CHECK(cudaMemsetAsync(a, 1, bytes, s));
+    double us = time_graph_us(s, 1, 20, [&](int) {
+        CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s));
+    });
+    CUDA_CHECK(cudaFree(a));
+    CUDA_CHECK(cudaFree(b));
+    return 2.0 * bytes / (us * 1e-6) / 1e9;
+}
+
+static void print_device(FILE *f) {
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    cudaDeviceProp p;
+    CUDA_CHECK(cudaGetDeviceProperties(&p, dev));
+    int rt = 0, drv = 0;
+    cudaRuntimeGetVersion(&rt);
+    cudaDriverGetVersion(&drv);
+    fprintf(f, "# device %d: %s, %d SMs, %.1f GiB, L2 %d MB, CUDA runtime %d, driver %d\n", dev,
+            p.name, p.multiProcessorCount, p.totalGlobalMem / 1073741824.0, p.l2CacheSize >> 20,
+            rt, drv);
+}

@@ -1,0 +1,304 @@
+// Micro benchmark of the routed-expert MoE on one GPU at Kimi-K2.5's per-rank shapes (hidden
+// 7168, expert width 2048 / TP, top-8): the whole W4A16 pipeline of one step (device routing
+// sort, grouped gate+up GEMM, SiLU*up, grouped down GEMM, weighted combine) with 8 active
+// experts of M tokens each, next to cuBLASLt BF16 GEMMs of the same shapes (16 calls: gate+up
+// and down for each expert) and the bandwidth floor (a device-to-device copy measured in the
+// same run). Weights rotate through more than 1 GB of experts so every timed step reads them
+// from HBM; times are medians of CUDA-graph replays. Before timing, each TP's pipeline output is
+// checked against a float64 host reference of two tokens (relative L2 error <= 1e-2).
+//
+//   micro_w4a16 [--json FILE] [--quick]
+#include <math.h>
+
+#include "micro_common.cuh"
+#include "synth.h"
+
+#define TOPK 8
+#define HID 7168
+#define EXPERT_W 2048
+#define SEED 99
+
+// Synthetic ids of expert e's tensors (checkpoint layout): 0 gate, 1 up, 2 down; +3 scales.
+static uint64_t tid(int e, int which) { return 1000003ull * (uint64_t)e + (uint64_t)which; }
+
+static int exp_scale(int K) { return (int)lround(-log2(4.6 * 95.0 * sqrt((double)K))); }
+
+struct tp_setup {
+    int tp, I, D, E;                 // experts in the rotation
+    uint32_t *gu_w, *dn_w;
+    uint16_t *gu_s, *dn_s;
+    uint16_t *bf_gu, *bf_dn;         // bf16 rotation for cuBLASLt
+    int Eb;
+    size_t gu_w_b, gu_s_b, dn_w_b, dn_s_b; // bytes per expert
+};
+
+// Expert e's weights: gate/up [I][D/8] words + [I][D/32] scales, down [D][I/8] + [D][I/32],
+// generated in the checkpoint layout and repacked.
+static void make_experts(tp_setup &S, cudaStream_t s) {
+    const int I = S.I, D = S.D;
+    S.gu_w_b = (size_t)2 * I * D / 2, S.gu_s_b = (size_t)2 * I * (D / 32) * 2;
+    S.dn_w_b = (size_t)D * I / 2, S.dn_s_b = (size_t)D * (I / 32) * 2;
+    CUDA_CHECK(cudaMalloc(&S.gu_w, S.gu_w_b * S.E));
+    CUDA_CHECK(cudaMalloc(&S.gu_s, S.gu_s_b * S.E));
+    CUDA_CHECK(cudaMalloc(&S.dn_w, S.dn_w_b * S.E));
+    CUDA_CHECK(cudaMalloc(&S.dn_s, S.dn_s_b * S.E));
+    uint32_t *g, *u, *d;
+    uint16_t *gs, *us, *ds;
+    CUDA_CHECK(cudaMalloc(&g, (size_t)I * D / 2));
+    CUDA_CHECK(cudaMalloc(&u, (size_t)I * D / 2));
+    CUDA_CHECK(cudaMalloc(&d, (size_t)I * D / 2));
+    CUDA_CHECK(cudaMalloc(&gs, (size_t)I * D / 16));
+    CUDA_CHECK(cudaMalloc(&us, (size_t)I * D / 16));
+    CUDA_CHECK(cudaMalloc(&ds, (size_t)I * D / 16));
+    for (int e = 0; e < S.E; e++) {
+        k25k_synth_fill(g, 4, K25_SYNTH_INT4, 0, SEED, tid(e, 0), I, D / 8, D / 8, 0, 0, s);
+        k25k_synth_fill(u, 4, K25_SYNTH_INT4, 0, SEED, tid(e, 1), I, D / 8, D / 8, 0, 0, s);
+        k25k_synth_fill(d, 4, K25_SYNTH_INT4, 0, SEED, tid(e, 2), D, I / 8, I / 8, 0, 0, s);
+        k25k_synth_fill(gs, 2, K25_SYNTH_SCALE, exp_scale(D), SEED, tid(e, 3), I, D / 32, D / 32, 0, 0, s);
+        k25k_synth_fill(us, 2, K25_SYNTH_SCALE, exp_scale(D), SEED, tid(e, 4), I, D / 32, D / 32, 0, 0, s);
+        k25k_synth_fill(ds, 2, K25_SYNTH_SCALE, exp_scale(I), SEED, tid(e, 5), D, I / 32, I / 32, 0, 0, s);
+        k25k_w4_repack(g, u, gs, us, 2 * I, D, 32, 1, (uint32_t *)((char *)S.gu_w + S.gu_w_b * e),
+                       (uint16_t *)((char *)S.gu_s + S.gu_s_b * e), s);
+        k25k_w4_repack(d, NULL, ds, NULL, D, I, 32, 0, (uint32_t *)((char *)S.dn_w + S.dn_w_b * e),
+                       (uint16_t *)((char *)S.dn_s + S.dn_s_b * e), s);
+    }
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    cudaFree(g), cudaFree(u), cudaFree(d), cudaFree(gs), cudaFree(us), cudaFree(ds);
+    // bf16 rotation for cuBLASLt: gate+up [2I][D] and down [D][I] per expert
+    size_t per = (size_t)3 * I * D;
+    CUDA_CHECK(cudaMalloc(&S.bf_gu, per * 2 * S.Eb / 3 * 2));
+    CUDA_CHECK(cudaMalloc(&S.bf_dn, per * 2 * S.Eb / 3));
+    k25k_synth_fill(S.bf_gu, 2, K25_SYNTH_UNIFORM, -14, SEED, 7, (int64_t)S.Eb * 2 * I, D, D, 0, 0, s);
+    k25k_synth_fill(S.bf_dn, 2, K25_SYNTH_UNIFORM, -13, SEED, 8, (int64_t)S.Eb * D, I, I, 0, 0, s);
+    CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+static void free_experts(tp_setup &S) {
+    cudaFree(S.gu_w), cudaFree(S.gu_s), cudaFree(S.dn_w), cudaFree(S.dn_s);
+    cudaFree(S.bf_gu), cudaFree(S.bf_dn);
+}
+
+// Host value of a dequantized weight (checkpoint layout) from the generator.
+static double host_w(int e, int which, int rows_K, int row, int k, int sexp) {
+    uint32_t word = k25_synth_bits(K25_SYNTH_INT4, 0, SEED, tid(e, which),
+                                   (uint64_t)row * (rows_K / 8) + k / 8);
+    int q = (int)((word >> (4 * (k & 7))) & 0xF) - 8;
+    uint32_t sb = k25_synth_bits(K25_SYNTH_SCALE, sexp, SEED, tid(e, which + 3),
+                                 (uint64_t)row * (rows_K / 32) + k / 32);
+    return q * (double)k25_bf16_to_f32((uint16_t)sb);
+}
+
+struct moe_ws {
+    k25k_moe_route r;
+    int *ints;
+    float *part1, *h, *part2;
+};
+
+static void ws_alloc(moe_ws &w, int T, int E, int I, int D, int num_sms) {
+    int A = T * TOPK, ma = A < E ? A : E, ns, kb;
+    size_t ints = (size_t)E * 3 + 2 + 2 * (size_t)A + 1;
+    CUDA_CHECK(cudaMalloc(&w.ints, ints * sizeof(int)));
+    CUDA_CHECK(cudaMemset(w.ints, 0, ints * sizeof(int)));
+    int *p = w.ints;
+    w.r.counts = p, p += E;
+    w.r.offsets = p, p += E + 1;
+    w.r.active = p, p += E;
+    w.r.n_active = p, p += 1;
+    w.r.slot_token = p, p += A;
+    w.r.slot_of = p, p += A;
+    w.r.err = p;
+    k25k_moe_splits(2 * I, D, ma, num_sms, &ns, &kb);
+    CUDA_CHECK(cudaMalloc(&w.part1, sizeof(float) * ns * (size_t)A * 2 * I));
+    CUDA_CHECK(cudaMalloc(&w.h, sizeof(float) * (size_t)A * I));
+    k25k_moe_splits(D, I, ma, num_sms, &ns, &kb);
+    CUDA_CHECK(cudaMalloc(&w.part2, sizeof(float) * ns * (size_t)A * D));
+}
+
+static void ws_free(moe_ws &w) { cudaFree(w.ints), cudaFree(w.part1), cudaFree(w.h), cudaFree(w.part2); }
+
+// One MoE step: idx [T][8] on the device.
+static void moe_step(const tp_setup &S, moe_ws &w, const int32_t *idx, const float *wts,
+                     const float *x, int T, float *out, int num_sms, cudaStream_t s) {
+    int A = T * TOPK, ma = A < S.E ? A : S.E, ns1, kb1, ns2, kb2;
+    k25k_moe_splits(2 * S.I, S.D, ma, num_sms, &ns1, &kb1);
+    k25k_moe_splits(S.D, S.I, ma, num_sms, &ns2, &kb2);
+    k25k_moe_sort(idx, T, TOPK, S.E, &w.r, s);
+    k25k_moe_w4a16_gemm(S.gu_w, S.gu_s, S.E, 2 * S.I, S.D, 1, x, S.D, w.r.slot_token, &w.r, ma, A,
+                        ns1, kb1, w.part1, s);
+    k25k_moe_gate_up_reduce(w.part1, ns1, A, S.I, w.h, s);
+    k25k_moe_w4a16_gemm(S.dn_w, S.dn_s, S.E, S.D, S.I, 0, w.h, S.I, NULL, &w.r, ma, A, ns2, kb2,
+                        w.part2, s);
+    k25k_moe_combine(w.part2, ns2, A, S.D, w.r.slot_of, wts, T, TOPK, out, s);
+}
+
+// Pipeline output for T tokens on experts 0..7 against the host reference (tokens 0, T-1).
+static int check(const tp_setup &S, int T, const float *x_dev, int num_sms, cudaStream_t s) {
+    moe_ws w;
+    ws_alloc(w, T, S.E, S.I, S.D, num_sms);
+    std::vector<int32_t> idx((size_t)T * TOPK);
+    std::vector<float> wts((size_t)T * TOPK);
+    for (int t = 0; t < T; t++)
+        for (int k = 0; k < TOPK; k++) idx[t * TOPK + k] = (k * 5 + t) % TOPK, wts[t * TOPK + k] = 0.1f * (k + 1);
+    int32_t *di;
+    float *dw, *dout;
+    CUDA_CHECK(cudaMalloc(&di, idx.size() * 4));
+    CUDA_CHECK(cudaMalloc(&dw, wts.size() * 4));
+    CUDA_CHECK(cudaMalloc(&dout, (size_t)T * S.D * 4));
+    CUDA_CHECK(cudaMemcpy(di, idx.data(), idx.size() * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(dw, wts.data(), wts.size() * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemset(dout, 0xff, (size_t)T * S.D * 4)); // NaN poison
+    moe_step(S, w, di, dw, x_dev, T, dout, num_sms, s);
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    std::vector<float> got((size_t)T * S.D), xh((size_t)T * S.D);
+    CUDA_CHECK(cudaMemcpy(got.data(), dout, got.size() * 4, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(xh.data(), x_dev, xh.size() * 4, cudaMemcpyDeviceToHost));
+    int bad = 0;
+    const int I = S.I, D = S.D;
+    double num = 0, den = 0;
+    const int nt = T > 1 ? 2 : 1;
+    const int toks[2] = {0, T - 1};
+    std::vector<double> ref((size_t)nt * D, 0.0), act((size_t)nt * I);
+    for (int e = 0; e < TOPK; e++) { // every checked token uses experts 0..7 in some order
+#pragma omp parallel for schedule(static)
+        for (int i = 0; i < I; i++) {
+            double g[2] = {0, 0}, u[2] = {0, 0};
+            for (int j = 0; j < D; j++) {
+                double wg = host_w(e, 0, D, i, j, exp_scale(D)), wu = host_w(e, 1, D, i, j, exp_scale(D));
+                for (int ti = 0; ti < nt; ti++) {
+                    g[ti] += wg * xh[(size_t)toks[ti] * D + j];
+                    u[ti] += wu * xh[(size_t)toks[ti] * D + j];
+                }
+            }
+            for (int ti = 0; ti < nt; ti++) act[(size_t)ti * I + i] = g[ti] / (1.0 + exp(-g[ti])) * u[ti];
+        }
+        double wk[2] = {0, 0};
+        for (int ti = 0; ti < nt; ti++)
+            for (int k = 0; k < TOPK; k++)
+                if (idx[toks[ti] * TOPK + k] == e) wk[ti] = wts[toks[ti] * TOPK + k];
+#pragma omp parallel for schedule(static)
+        for (int d = 0; d < D; d++) {
+            double y[2] = {0, 0};
+            for (int i = 0; i < I; i++) {
+                double wd = host_w(e, 2, I, d, i, exp_scale(I));
+                for (int ti = 0; ti < nt; ti++) y[ti] += wd * act[(size_t)ti * I + i];
+            }
+            for (int ti = 0; ti < nt; ti++) ref[(size_t)ti * D + d] += wk[ti] * y[ti];
+        }
+    }
+    for (int ti = 0; ti < nt; ti++)
+        for (int d = 0; d < D; d++) {
+            double gv = got[(size_t)toks[ti] * D + d], rv = ref[(size_t)ti * D + d];
+            if (!isfinite(gv)) bad = 1;
+            num += (gv - rv) * (gv - rv);
+            den += rv * rv;
+        }
+    double rel = sqrt(num / (den > 0 ? den : 1));
+    int ok = !bad && rel <= 1e-2;
+    printf("# check TP%d T=%d: relative error vs float64 host reference %.2e %s\n", S.tp, T, rel,
+           ok ? "ok" : "FAIL");
+    bench_jsonl("{\"bench\":\"w4a16_check\",\"tp\":%d,\"T\":%d,\"rel_err\":%.3e,\"ok\":%d}", S.tp,
+                T, rel, ok);
+    cudaFree(di), cudaFree(dw), cudaFree(dout);
+    ws_free(w);
+    return ok;
+}
+
+int main(int argc, char **argv) {
+    bench_open_json(argc, argv);
+    const int quick = bench_flag(argc, argv, "--quick");
+    cudaStream_t s;
+    CUDA_CHECK(cudaStreamCreate(&s));
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    const int sms = prop.multiProcessorCount;
+    print_device(stdout);
+    const double copy_gbs = copy_bandwidth_gbs(s, (size_t)1 << 30);
+    printf("# device-to-device copy: %.0f GB/s (read + write)\n", copy_gbs);
+    printf("# W4A16: one MoE step = sort + gate/up GEMM + SiLU*up + down GEMM + combine over 8 "
+           "active experts of M tokens each; bytes = INT4 weights + bf16 scales of 8 experts\n");
+    printf("# cuBLASLt: 16 BF16 GEMMs (gate+up [M x %d] x [%d x 2I], down [M x I] x [I x %d]) "
+           "per step, bf16 activations given\n", HID, HID, HID);
+    bench_jsonl("{\"bench\":\"copy\",\"gbs\":%.1f}", copy_gbs);
+    k25k_blas *blas = k25k_blas_create((size_t)32 << 20);
+    int fails = 0;
+    const int Ms_full[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+    const int Ms_quick[] = {1, 4, 16, 64, 256};
+    const int *Ms = quick ? Ms_quick : Ms_full;
+    const int nM = quick ? 5 : 9;
+    printf("\n| TP | M/expert | W4A16 us | GB/s | %% of copy | cuBLASLt us | BF16 GB/s | speedup |\n");
+    printf("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    const int tps[] = {8, 2, 1};
+    for (int ti = 0; ti < 3; ti++) {
+        tp_setup S;
+        memset(&S, 0, sizeof S);
+        S.tp = tps[ti];
+        S.I = EXPERT_W / S.tp;
+        S.D = HID;
+        double per_int4 = 3.0 * S.I * S.D * 0.5625;
+        S.E = (int)ceil(1.2e9 / per_int4 / TOPK) * TOPK;
+        if (S.E < 2 * TOPK) S.E = 2 * TOPK;
+        double per_bf16 = 3.0 * S.I * S.D * 2;
+        S.Eb = (int)ceil(1.2e9 / per_bf16 / TOPK) * TOPK;
+        make_experts(S, s);
+        float *x;
+        const int Tmax = 256;
+        CUDA_CHECK(cudaMalloc(&x, sizeof(float) * Tmax * S.D));
+        k25k_synth_fill(x, 4, K25_SYNTH_F32, -7, SEED, 5, Tmax, S.D, S.D, 0, 0, s);
+        uint16_t *xb;
+        CUDA_CHECK(cudaMalloc(&xb, sizeof(uint16_t) * Tmax * S.D));
+        k25k_f32_to_bf16(x, (size_t)Tmax * S.D, xb, s);
+        fails += !check(S, 1, x, sms, s);
+        fails += !check(S, 37, x, sms, s);
+        float *out, *y1, *y2;
+        CUDA_CHECK(cudaMalloc(&out, sizeof(float) * Tmax * S.D));
+        CUDA_CHECK(cudaMalloc(&y1, sizeof(float) * Tmax * 2 * S.I));
+        CUDA_CHECK(cudaMalloc(&y2, sizeof(float) * Tmax * S.D));
+        for (int mi = 0; mi < nM; mi++) {
+            const int M = Ms[mi], T = M; // every token on the same 8 experts: M tokens each
+            const int R = S.E / TOPK < 48 ? S.E / TOPK : 48;
+            std::vector<int32_t> idx((size_t)R * T * TOPK);
+            std::vector<float> wts((size_t)T * TOPK, 0.125f);
+            for (int r = 0; r < R; r++)
+                for (int t = 0; t < T; t++)
+                    for (int k = 0; k < TOPK; k++) idx[((size_t)r * T + t) * TOPK + k] = r * TOPK + k;
+            int32_t *di;
+            float *dw;
+            CUDA_CHECK(cudaMalloc(&di, idx.size() * 4));
+            CUDA_CHECK(cudaMalloc(&dw, wts.size() * 4));
+            CUDA_CHECK(cudaMemcpy(di, idx.data(), idx.size() * 4, cudaMemcpyHostToDevice));
+            CUDA_CHECK(cudaMemcpy(dw, wts.data(), wts.size() * 4, cudaMemcpyHostToDevice));
+            moe_ws w;
+            ws_alloc(w, T, S.E, S.I, S.D, sms);
+            int iters = quick ? 10 : 20;
+            double us = time_graph_us(s, R, iters, [&](int r) {
+                moe_step(S, w, di + (size_t)r * T * TOPK, dw, x, T, out, sms, s);
+            });
+            const int Rb = S.Eb / TOPK < 48 ? S.Eb / TOPK : 48;
+            double us_lt = time_graph_us(s, Rb, iters, [&](int r) {
+                for (int k = 0; k < TOPK; k++) {
+                    int e = r * TOPK + k;
+                    k25k_matmul_lt_bf16(blas, xb, S.bf_gu + (size_t)e * 2 * S.I * S.D, T, 2 * S.I,
+                                        S.D, y1, s);
+                    k25k_matmul_lt_bf16(blas, xb, S.bf_dn + (size_t)e * S.D * S.I, T, S.D, S.I, y2, s);
+                }
+            });
+            double bytes = TOPK * 3.0 * S.I * S.D * 0.5625, bytes_bf = TOPK * 3.0 * S.I * S.D * 2;
+            double gbs = bytes / (us * 1e-6) / 1e9, gbs_lt = bytes_bf / (us_lt * 1e-6) / 1e9;
+            printf("| %d | %d | %.1f | %.0f | %.0f%% | %.1f | %.0f | %.2fx |\n", S.tp, M, us, gbs,
+                   100.0 * gbs / copy_gbs, us_lt, gbs_lt, us_lt / us);
+            fflush(stdout);
+            bench_jsonl("{\"bench\":\"w4a16_moe\",\"tp\":%d,\"I\":%d,\"D\":%d,\"M\":%d,\"experts\":8,"
+                        "\"us\":%.2f,\"gbs\":%.1f,\"pct_copy\":%.1f,\"cublaslt_us\":%.2f,"
+                        "\"cublaslt_gbs\":%.1f,\"speedup\":%.3f}",
+                        S.tp, S.I, S.D, M, us, gbs, 100.0 * gbs / copy_gbs, us_lt, gbs_lt, us_lt / us);
+            ws_free(w);
+            cudaFree(di), cudaFree(dw);
+        }
+        cudaFree(x), cudaFree(xb), cudaFree(out), cudaFree(y1), cudaFree(y2);
+        free_experts(S);
+    }
+    k25k_blas_destroy(blas);
+    printf("\n# correctness checks failed: %d\n", fails);
+    if (bench_json) fclose(bench_json);
+    return fails ? 1 : 0;
+}

@@ -1,0 +1,961 @@
+// The CUDA backend: the operation table of src/backend.h on one GPU per MPI rank, NCCL for the
+// tensor-parallel sums, weights uploaded once (routed experts repacked for the W4A16 kernel),
+// the paged bf16 latent cache, and CUDA graphs of the whole step per batch size.
+//
+// One stream carries everything, so ops are ordered without events. Per-step inputs (tokens,
+// positions, sequence slots, block tables) live in device buffers that set_batch fills; the
+// kernels read them there, so a captured step replays correctly with new inputs. Workspaces
+// are sized in set_batch for the step's row count, never inside a capture; when one grows,
+// every captured graph is dropped first (they hold the old addresses).
+#include <nccl.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cuda_kernels.cuh" // first: gives weights.h C linkage
+#include "backend.h"
+#include "cuda_backend.h"
+#include "progress.h"
+#include "sampler.h"
+#include "upload.cuh"
+
+#define NCCL_CHECK(call)                                                                           \
+    do {                                                                                           \
+        ncclResult_t r_ = (call);                                                                  \
+        if (r_ != ncclSuccess)                                                                     \
+            k25_fatal(__FILE__, __LINE__, "NCCL error %d (%s) in %s: %s", (int)r_,                 \
+                      ncclGetErrorString(r_), #call, ncclGetLastError(NULL));                      \
+    } while (0)
+
+#define GIB (1024.0 * 1024.0 * 1024.0)
+#define MAX_GRAPHS 64
+#define MAX_ALLOCS 4096
+
+// ------------------------------------------------------------------------------------------
+// State
+// ------------------------------------------------------------------------------------------
+
+// A layer's routed experts on the device.
+typedef struct moe_dev {
+    int int4;
+    int E, I, D;                   // experts, local intermediate width, hidden
+    uint32_t *gu_w, *dn_w;         // INT4 tiled: gate+up [E][2I x D], down [E][D x I]
+    uint16_t *gu_s, *dn_s;         // their scales
+    const uint16_t **gate, **up, **down; // bf16 experts: device arrays of [E] pointers
+    void *bf16_block;              // one allocation holding the bf16 experts
+} moe_dev;
+
+typedef struct graph_entry {
+    int key, T;
+    cudaGraphExec_t exec;
+} graph_entry;
+
+typedef struct alloc_rec {
+    void *p;
+    size_t bytes;
+} alloc_rec;
+
+typedef struct cuda_impl {
+    int device, num_sms;
+    cudaStream_t stream;
+    k25k_blas *blas;
+    ncclComm_t nccl;
+    int tp, tp_rank;
+
+    size_t mem_now, mem_peak;
+    alloc_rec allocs[MAX_ALLOCS];
+    int n_allocs;
+
+    // batch
+    int T, cap_rows, max_seqs, max_blocks, cap_table;
+    int32_t *d_tokens, *d_pos, *d_seq, *d_table; // device
+    int32_t *h_stage;                            // pinned: tokens, pos, seq, table
+    size_t h_stage_cap;                          // int32 elements
+    int32_t *h_pos, *h_seq;                      // host copies of the batch (tests, checks)
+
+    // cache
+    uint16_t *cache;
+    int n_layers, n_blocks, kv_block;
+    size_t layer_elems;
+    float *d_inv_freq;
+    float softmax_scale;
+    int *d_err; // [4]: embed, mla write, mla read, moe
+
+    // workspaces (sized for ws_rows rows)
+    int ws_rows;
+    float *ws_mla;
+    size_t ws_mla_floats;
+    float *ws_logits;            // router logits [rows][E]
+    int *ws_route;               // routing ints
+    k25k_moe_route route;
+    float *ws_part1, *ws_h, *ws_part2;
+    int mla_chunks;
+    int ns1, kbs1, ns2, kbs2, max_active;
+
+    // sampling
+    k25_sampling *d_params;
+    k25_cand *d_best, *d_best_all;
+    k25_cand *d_cands, *d_cands_all;
+    int *d_ncand, *d_ncand_all;
+    k25_softmax_stats *d_stats, *d_stats_all;
+    k25_cand *h_best, *h_cands;
+    int *h_ncand;
+    k25_softmax_stats *h_stats;
+    int samp_rows;
+    float *d_gather, *h_gather;
+    size_t gather_cap;
+
+    // graphs
+    graph_entry graphs[MAX_GRAPHS];
+    int n_graphs, no_graph, capturing;
+
+    k25_weights *w;
+} cuda_impl;
+
+static cuda_impl *impl_of(k25_backend *be) { return (cuda_impl *)be->impl; }
+
+// ------------------------------------------------------------------------------------------
+// Device memory with accounting
+// ------------------------------------------------------------------------------------------
+
+static void *dev_alloc(cuda_impl *c, size_t bytes, const char *what) {
+    void *p = NULL;
+    if (!bytes) bytes = 16;
+    cudaError_t e = cudaMalloc(&p, bytes);
+    if (e != cudaSuccess) {
+        size_t fr = 0, tot = 0;
+        cudaMemGetInfo(&fr, &tot);
+        K25_DIE("GPU %d: cannot allocate %.3f GiB for %s (%s): %.3f GiB free of %.3f GiB, %.3f GiB "
+                "held by this backend", c->device, bytes / GIB, what, cudaGetErrorString(e),
+                fr / GIB, tot / GIB, c->mem_now / GIB);
+    }
+    if (c->n_allocs >= MAX_ALLOCS) K25_DIE("CUDA backend: more than %d allocations", MAX_ALLOCS);
+    c->allocs[c->n_allocs++] = (alloc_rec){p, bytes};
+    c->mem_now += bytes;
+    if (c->mem_now > c->mem_peak) c->mem_peak = c->mem_now;
+    return p;
+}
+
+static void dev_free(cuda_impl *c, void *p) {
+    if (!p) return;
+    for (int i = 0; i < c->n_allocs; i++)
+        if (c->allocs[i].p == p) {
+            c->mem_now -= c->allocs[i].bytes;
+            c->allocs[i] = c->allocs[--c->n_allocs];
+            CUDA_CHECK(cudaFree(p));
+            return;
+        }
+    K25_DIE("CUDA backend: free of %p, which it did not allocate", p);
+}
+
+static int capturing(cuda_impl *c) {
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    CUDA_CHECK(cudaStreamIsCapturing(c->stream, &st));
+    return st != cudaStreamCaptureStatusNone;
+}
+
+static void no_capture(cuda_impl *c, const char *what) {
+    if (capturing(c))
+        K25_DIE("%s inside a captured step (CUDA graph): not allowed; run with K25_NO_GRAPH=1 or "
+                "move it out of the step", what);
+}
+
+static void drop_graphs(cuda_impl *c) {
+    if (!c->n_graphs) return;
+    CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    for (int i = 0; i < c->n_graphs; i++) CUDA_CHECK(cudaGraphExecDestroy(c->graphs[i].exec));
+    c->n_graphs = 0;
+}
+
+// Device error flags set by kernels (bad token id, cache slot, expert id): checked at syncs.
+static void check_errors(cuda_impl *c) {
+    int err[4];
+    CUDA_CHECK(cudaMemcpyAsync(err, c->d_err, sizeof err, cudaMemcpyDeviceToHost, c->stream));
+    CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    if (err[0]) K25_DIE("embed: a token id outside the vocabulary");
+    if (err[1] == 1) K25_DIE("mla: a row's (sequence, position) has no cache block in the block table");
+    if (err[1]) K25_DIE("mla: a position read maps outside the cache");
+    if (err[3]) K25_DIE("moe: an expert index outside [0, n_experts)");
+}
+
+static void *cuda_alloc(k25_backend *be, size_t bytes) {
+    cuda_impl *c = impl_of(be);
+    no_capture(c, "alloc");
+    void *p = dev_alloc(c, bytes, "a buffer");
+    CUDA_CHECK(cudaMemsetAsync(p, 0, bytes ? bytes : 16, c->stream));
+    return p;
+}
+
+static void cuda_free_op(k25_backend *be, void *p) {
+    cuda_impl *c = impl_of(be);
+    if (!p) return;
+    no_capture(c, "free");
+    CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    dev_free(c, p);
+}
+
+static void cuda_to_device(k25_backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_impl *c = impl_of(be);
+    no_capture(c, "to_device");
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream));
+    CUDA_CHECK(cudaStreamSynchronize(c->stream));
+}
+
+static void cuda_to_host(k25_backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_impl *c = impl_of(be);
+    no_capture(c, "to_host");
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream));
+    CUDA_CHECK(cudaStreamSynchronize(c->stream));
+}
+
+static void cuda_sync(k25_backend *be) {
+    cuda_impl *c = impl_of(be);
+    no_capture(c, "sync");
+    check_errors(c);
+}
+
+static size_t cuda_mem_peak(k25_backend *be) { return impl_of(be)->mem_peak; }
+
+// ------------------------------------------------------------------------------------------
+// Weights
+// ------------------------------------------------------------------------------------------
+
+typedef struct mem_plan {
+    size_t embed, lm_head, attn, dense, experts, other;
+} mem_plan;
+
+static size_t tb(const k25_tensor *t) { return t->kind != K25_SRC_NONE ? tensor_bytes(t) : 0; }
+
+static mem_plan plan_weights(const k25_weights *w) {
+    mem_plan p = {0, 0, 0, 0, 0, 0};
+    p.embed = tb(&w->embed);
+    p.lm_head = tb(&w->lm_head);
+    p.other = tb(&w->final_norm);
+    for (int l = w->layer_begin; l < w->layer_end; l++) {
+        const k25_layer *L = &w->layers[l];
+        p.attn += tb(&L->attn_norm) + tb(&L->q_a) + tb(&L->q_a_norm) + tb(&L->q_b) + tb(&L->kv_a) +
+                  tb(&L->kv_a_norm) + tb(&L->kv_b) + tb(&L->o_proj);
+        p.dense += tb(&L->ffn_norm) + tb(&L->ffn_gate) + tb(&L->ffn_up) + tb(&L->ffn_down) +
+                   tb(&L->router) + tb(&L->router_bias);
+        if (L->is_moe && L->exp_gate)
+            for (int e = 0; e < w->cfg->n_experts; e++)
+                p.experts += tb(&L->exp_gate[e].w) + tb(&L->exp_gate[e].scale) +
+                             tb(&L->exp_up[e].w) + tb(&L->exp_up[e].scale) +
+                             tb(&L->exp_down[e].w) + tb(&L->exp_down[e].scale);
+    }
+    return p;
+}
+
+static void upload_plain(cuda_impl *c, k25k_uploader *u, k25_tensor *t) {
+    if (t->kind == K25_SRC_NONE || t->dev) return;
+    t->dev_bytes = tensor_bytes(t);
+    t->dev = dev_alloc(c, t->dev_bytes, t->name);
+    k25k_upload_tensor(u, t, t->dev);
+}
+
+// Routed experts of one layer: INT4 tiled (repacked through device staging) or bf16.
+static void upload_experts(cuda_impl *c, k25k_uploader *u, const k25_config *cfg, k25_layer *L,
+                           void *stage, size_t stage_bytes) {
+    moe_dev *m = (moe_dev *)k25_calloc(1, sizeof *m);
+    const int E = cfg->n_experts;
+    m->E = E;
+    m->I = (int)L->exp_gate[0].out;
+    m->D = (int)L->exp_gate[0].in;
+    m->int4 = L->exp_gate[0].scale.kind != K25_SRC_NONE;
+    const int I = m->I, D = m->D;
+    if (m->int4) {
+        const int group = cfg->quant_group;
+        if (I % 32 || D % 32 || group % 32)
+            K25_DIE("layer %d: INT4 experts need the local width %d, hidden %d and group %d to "
+                    "be multiples of 32", L->index, I, D, group);
+        const size_t gu_w = (size_t)2 * I * D / 2, gu_s = (size_t)2 * I * (D / 32) * 2;
+        const size_t dn_w = (size_t)D * I / 2, dn_s = (size_t)D * (I / 32) * 2;
+        m->gu_w = (uint32_t *)dev_alloc(c, gu_w * E, "experts gate+up");
+        m->gu_s = (uint16_t *)dev_alloc(c, gu_s * E, "experts gate+up scales");
+        m->dn_w = (uint32_t *)dev_alloc(c, dn_w * E, "experts down");
+        m->dn_s = (uint16_t *)dev_alloc(c, dn_s * E, "experts down scales");
+        // staging: gate w | up w | gate s | up s  (checkpoint layout)
+        const size_t wq = (size_t)I * D / 2, sq = (size_t)I * (D / group) * 2;
+        if (2 * wq + 2 * sq > stage_bytes) K25_DIE("expert staging too small");
+        char *st = (char *)stage;
+        uint32_t *sg = (uint32_t *)st, *su = (uint32_t *)(st + wq);
+        uint16_t *ssg = (uint16_t *)(st + 2 * wq), *ssu = (uint16_t *)(st + 2 * wq + sq);
+        for (int e = 0; e < E; e++) {
+            k25_expert_w *g = &L->exp_gate[e], *up = &L->exp_up[e], *dn = &L->exp_down[e];
+            if (g->out != I || up->out != I || g->in != D || dn->out != D || dn->in != I)
+                K25_DIE("layer %d expert %d: shapes differ from expert 0", L->index, e);
+            k25k_upload_tensor(u, &g->w, sg);
+            k25k_upload_tensor(u, &up->w, su);
+            k25k_upload_tensor(u, &g->scale, ssg);
+            k25k_upload_tensor(u, &up->scale, ssu);
+            k25k_w4_repack(sg, su, ssg, ssu, 2 * I, D, group, 1,
+                           (uint32_t *)((char *)m->gu_w + gu_w * e),
+                           (uint16_t *)((char *)m->gu_s + gu_s * e), c->stream);
+            k25k_upload_tensor(u, &dn->w, sg);
+            k25k_upload_tensor(u, &dn->scale, ssg);
+            k25k_w4_repack(sg, NULL, ssg, NULL, D, I, group, 0,
+                           (uint32_t *)((char *)m->dn_w + dn_w * e),
+                           (uint16_t *)((char *)m->dn_s + dn_s * e), c->stream);
+        }
+    } else {
+        const size_t gsz = (size_t)I * D * 2;
+        char *blk = (char *)dev_alloc(c, 3 * gsz * E, "bf16 experts");
+        m->bf16_block = blk;
+        const uint16_t **hp = (const uint16_t **)k25_malloc(sizeof(void *) * 3 * (size_t)E);
+        for (int e = 0; e < E; e++) {
+            char *base = blk + 3 * gsz * e;
+            k25k_upload_tensor(u, &L->exp_gate[e].w, base);
+            k25k_upload_tensor(u, &L->exp_up[e].w, base + gsz);
+            k25k_upload_tensor(u, &L->exp_down[e].w, base + 2 * gsz);
+            hp[e] = (const uint16_t *)base;
+            hp[E + e] = (const uint16_t *)(base + gsz);
+            hp[2 * E + e] = (const uint16_t *)(base + 2 * gsz);
+        }
+        const uint16_t **dp = (const uint16_t **)dev_alloc(c, sizeof(void *) * 3 * (size_t)E,
+                                                           "expert pointer table");
+        CUDA_CHECK(cudaMemcpyAsync(dp, hp, sizeof(void *) * 3 * (size_t)E, cudaMemcpyHostToDevice,
+                                   c->stream));
+        CUDA_CHECK(cudaStreamSynchronize(c->stream));
+        free(hp);
+        m->gate = dp;
+        m->up = dp + E;
+        m->down = dp + 2 * E;
+    }
+    L->backend_data = m;
+}
+
+static void cuda_load_weights(k25_backend *be, k25_weights *w) {
+    cuda_impl *c = impl_of(be);
+    const k25_config *cfg = be->cfg;
+    c->w = w;
+    mem_plan p = plan_weights(w);
+    size_t total = p.embed + p.lm_head + p.attn + p.dense + p.experts + p.other;
+    size_t reserve = (size_t)1 << 30; // activations, workspaces, cuBLASLt, NCCL
+    size_t fr = 0, tot = 0;
+    CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
+    k25_log("cuda: weights %.2f GiB per rank (embedding %.2f, lm_head %.2f, attention %.2f, "
+            "dense/shared/router %.2f, routed experts %.2f), GPU %.2f GiB free of %.2f\n",
+            total / GIB, p.embed / GIB, p.lm_head / GIB, p.attn / GIB, p.dense / GIB,
+            p.experts / GIB, fr / GIB, tot / GIB);
+    if (total + reserve > fr)
+        K25_DIE("GPU %d cannot hold this rank's weights: need %.2f GiB (embedding %.2f, lm_head "
+                "%.2f, attention %.2f, dense/shared/router %.2f, routed experts %.2f) + %.2f GiB "
+                "for activations and workspaces, %.2f GiB free of %.2f GiB; use more ranks "
+                "(tensor parallelism) or fewer layers",
+                c->device, total / GIB, p.embed / GIB, p.lm_head / GIB, p.attn / GIB,
+                p.dense / GIB, p.experts / GIB, reserve / GIB, fr / GIB, tot / GIB);
+
+    int show = 1;
+    progress_begin("loading weights", total);
+    k25k_uploader *u = k25k_uploader_create(c->stream, (size_t)64 << 20, show);
+    upload_plain(c, u, &w->embed);
+    upload_plain(c, u, &w->final_norm);
+    upload_plain(c, u, &w->lm_head);
+    size_t stage_bytes = 0;
+    for (int l = w->layer_begin; l < w->layer_end; l++) {
+        k25_layer *L = &w->layers[l];
+        if (L->is_moe && L->exp_gate) {
+            size_t I = (size_t)L->exp_gate[0].out, D = (size_t)L->exp_gate[0].in;
+            size_t need = 2 * (I * D / 2) + 2 * (I * (D / 8) * 2) + 256;
+            if (need > stage_bytes) stage_bytes = need;
+        }
+    }
+    void *stage = stage_bytes ? dev_alloc(c, stage_bytes, "expert staging") : NULL;
+    for (int l = w->layer_begin; l < w->layer_end; l++) {
+        k25_layer *L = &w->layers[l];
+        k25_tensor *ts[] = {&L->attn_norm, &L->q_a,      &L->q_a_norm, &L->q_b,
+                            &L->kv_a,      &L->kv_a_norm, &L->kv_b,    &L->o_proj,
+                            &L->ffn_norm,  &L->ffn_gate, &L->ffn_up,   &L->ffn_down,
+                            &L->router,    &L->router_bias};
+        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) upload_plain(c, u, ts[i]);
+        if (L->is_moe && L->exp_gate) upload_experts(c, u, cfg, L, stage, stage_bytes);
+    }
+    k25k_uploader_destroy(u);
+    progress_end();
+    if (stage) dev_free(c, stage);
+    CUDA_CHECK(cudaStreamSynchronize(c->stream));
+}
+
+static void free_weights(cuda_impl *c, k25_weights *w) {
+    k25_tensor *top[] = {&w->embed, &w->final_norm, &w->lm_head};
+    for (int i = 0; i < 3; i++)
+        if (top[i]->dev) dev_free(c, top[i]->dev), top[i]->dev = NULL;
+    for (int l = w->layer_begin; l < w->layer_end; l++) {
+        k25_layer *L = &w->layers[l];
+        k25_tensor *ts[] = {&L->attn_norm, &L->q_a,      &L->q_a_norm, &L->q_b,
+                            &L->kv_a,      &L->kv_a_norm, &L->kv_b,    &L->o_proj,
+                            &L->ffn_norm,  &L->ffn_gate, &L->ffn_up,   &L->ffn_down,
+                            &L->router,    &L->router_bias};
+        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
+            if (ts[i]->dev) dev_free(c, ts[i]->dev), ts[i]->dev = NULL;
+        moe_dev *m = (moe_dev *)L->backend_data;
+        if (m) {
+            dev_free(c, m->gu_w), dev_free(c, m->gu_s), dev_free(c, m->dn_w), dev_free(c, m->dn_s);
+            dev_free(c, m->bf16_block);
+            dev_free(c, (void *)m->gate);
+            free(m);
+            L->backend_data = NULL;
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// Cache and batch
+// ------------------------------------------------------------------------------------------
+
+static void cuda_kv_init(k25_backend *be, int n_layers, int n_blocks, int kv_block) {
+    cuda_impl *c = impl_of(be);
+    no_capture(c, "kv_init");
+    drop_graphs(c);
+    if (c->cache) dev_free(c, c->cache);
+    const int W = be->cfg->kv_lora_rank + be->cfg->qk_rope_dim;
+    c->n_layers = n_layers, c->n_blocks = n_blocks, c->kv_block = kv_block;
+    c->layer_elems = (size_t)n_blocks * kv_block * W;
+    size_t bytes = c->layer_elems * n_layers * sizeof(uint16_t);
+    size_t fr = 0, tot = 0;
+    CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
+    size_t reserve = (size_t)512 << 20;
+    if (bytes + reserve > fr)
+        K25_DIE("GPU %d cannot hold the latent cache: %d layers x %d blocks x %d tokens x %d "
+                "values (bf16) = %.2f GiB + %.2f GiB reserve, %.2f GiB free of %.2f GiB (weights "
+                "and buffers of this backend hold %.2f GiB); lower run.ctx_size, the batch or "
+                "run.kv_cache_mb", c->device, n_layers, n_blocks, kv_block, W, bytes / GIB,
+                reserve / GIB, fr / GIB, tot / GIB, c->mem_now / GIB);
+    c->cache = (uint16_t *)dev_alloc(c, bytes, "latent cache");
+    CUDA_CHECK(cudaMemsetAsync(c->cache, 0, bytes, c->stream));
+    k25_log("cuda: latent cache %.2f GiB (%d layers, %d blocks of %d tokens)\n", bytes / GIB,
+            n_layers, n_blocks, kv_block);
+}
+
+// Workspaces for steps of up to `rows` rows; grows (dropping graphs) only outside captures.
+static void ensure_workspaces(cuda_impl *c, const k25_config *cfg, int rows) {
+    if (rows <= c->ws_rows) return;
+    no_capture(c, "workspace growth");
+    drop_graphs(c);
+    CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    const int tp = c->tp;
+    const int H = cfg->n_heads / tp, L = cfg->kv_lora_rank, E = cfg->n_experts;
+    const int D = cfg->hidden, I = cfg->moe_inter / tp, top_k = cfg->top_k;
+    int R = rows;
+    // bf16 activations for cuBLASLt: the widest K of any projection
+    size_t Kmax = (size_t)D;
+    int ks[] = {cfg->q_lora_rank, H * cfg->v_head_dim, cfg->dense_inter / tp,
+                cfg->n_shared * cfg->moe_inter / tp, L, I};
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++)
+        if ((size_t)ks[i] > Kmax) Kmax = ks[i];
+    k25k_blas_reserve(c->blas, Kmax * R);
+
+    dev_free(c, c->ws_mla);
+    size_t mla = 0;
+    for (int t = 1; t <= R; t++) { // the largest need over T <= R (chunks depend on T)
+        size_t f = k25k_mla_workspace_floats(t, H, L, k25k_mla_chunks(t, H, c->num_sms));
+        if (f > mla) mla = f;
+    }
+    c->ws_mla_floats = mla;
+    c->ws_mla = (float *)dev_alloc(c, mla * sizeof(float), "attention workspace");
+
+    dev_free(c, c->ws_logits);
+    c->ws_logits = (float *)dev_alloc(c, sizeof(float) * (size_t)R * E, "router logits");
+
+    if (cfg->n_layers > cfg->first_dense) {
+        const int A = R * top_k;
+        dev_free(c, c->ws_route);
+        size_t ints = (size_t)E + (E + 1) + E + 1 + A + A + 1;
+        c->ws_route = (int *)dev_alloc(c, sizeof(int) * ints, "routing");
+        int *p = c->ws_route;
+        c->route.counts = p, p += E;
+        c->route.offsets = p, p += E + 1;
+        c->route.active = p, p += E;
+        c->route.n_active = p, p += 1;
+        c->route.slot_token = p, p += A;
+        c->route.slot_of = p, p += A;
+        c->route.err = c->d_err + 3;
+        // split plans depend on T (chosen in moe): size for the worst over T <= R
+        size_t p1 = 0, p2 = 0;
+        for (int t = 1; t <= R; t++) {
+            int a = t * top_k, ma = a < E ? a : E, ns, kb;
+            k25k_moe_splits(2 * I, D, ma, c->num_sms, &ns, &kb);
+            if ((size_t)ns * a * 2 * I > p1) p1 = (size_t)ns * a * 2 * I;
+            k25k_moe_splits(D, I, ma, c->num_sms, &ns, &kb);
+            if ((size_t)ns * a * D > p2) p2 = (size_t)ns * a * D;
+        }
+        dev_free(c, c->ws_part1);
+        dev_free(c, c->ws_h);
+        dev_free(c, c->ws_part2);
+        c->ws_part1 = (float *)dev_alloc(c, sizeof(float) * p1, "moe partials");
+        c->ws_h = (float *)dev_alloc(c, sizeof(float) * (size_t)A * I, "moe intermediate");
+        c->ws_part2 = (float *)dev_alloc(c, sizeof(float) * p2, "moe partials");
+    }
+    c->ws_rows = rows;
+}
+
+static void cuda_set_batch(k25_backend *be, const k25_batch *b) {
+    cuda_impl *c = impl_of(be);
+    no_capture(c, "set_batch");
+    const int table = b->max_seqs * b->max_blocks_per_seq;
+    if (b->T > c->cap_rows || table > c->cap_table) {
+        drop_graphs(c);
+        CUDA_CHECK(cudaStreamSynchronize(c->stream));
+        if (b->T > c->cap_rows) {
+            int cap = b->T > 256 ? b->T : 256;
+            dev_free(c, c->d_tokens), dev_free(c, c->d_pos), dev_free(c, c->d_seq);
+            c->d_tokens = (int32_t *)dev_alloc(c, sizeof(int32_t) * cap, "batch tokens");
+            c->d_pos = (int32_t *)dev_alloc(c, sizeof(int32_t) * cap, "batch positions");
+            c->d_seq = (int32_t *)dev_alloc(c, sizeof(int32_t) * cap, "batch sequences");
+            free(c->h_pos), free(c->h_seq);
+            c->h_pos = (int32_t *)k25_malloc(sizeof(int32_t) * cap);
+            c->h_seq = (int32_t *)k25_malloc(sizeof(int32_t) * cap);
+            c->cap_rows = cap;
+        }
+        if (table > c->cap_table) {
+            dev_free(c, c->d_table);
+            c->d_table = (int32_t *)dev_alloc(c, sizeof(int32_t) * (table ? table : 1),
+                                              "block table");
+            c->cap_table = table;
+        }
+        size_t need = 3 * (size_t)c->cap_rows + c->cap_table;
+        if (need > c->h_stage_cap) {
+            if (c->h_stage) CUDA_CHECK(cudaFreeHost(c->h_stage));
+            CUDA_CHECK(cudaMallocHost(&c->h_stage, need * sizeof(int32_t)));
+            c->h_stage_cap = need;
+        }
+    }
+    ensure_workspaces(c, be->cfg, b->T);
+    // the pinned stage may still feed the previous step's copies
+    CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    int32_t *st = c->h_stage;
+    memcpy(st, b->tokens, sizeof(int32_t) * b->T);
+    memcpy(st + c->cap_rows, b->pos, sizeof(int32_t) * b->T);
+    memcpy(st + 2 * c->cap_rows, b->seq, sizeof(int32_t) * b->T);
+    if (table) memcpy(st + 3 * c->cap_rows, b->block_table, sizeof(int32_t) * table);
+    CUDA_CHECK(cudaMemcpyAsync(c->d_tokens, st, sizeof(int32_t) * b->T, cudaMemcpyHostToDevice,
+                               c->stream));
+    CUDA_CHECK(cudaMemcpyAsync(c->d_pos, st + c->cap_rows, sizeof(int32_t) * b->T,
+                               cudaMemcpyHostToDevice, c->stream));
+    CUDA_CHECK(cudaMemcpyAsync(c->d_seq, st + 2 * c->cap_rows, sizeof(int32_t) * b->T,
+                               cudaMemcpyHostToDevice, c->stream));
+    if (table)
+        CUDA_CHECK(cudaMemcpyAsync(c->d_table, st + 3 * c->cap_rows, sizeof(int32_t) * table,
+                                   cudaMemcpyHostToDevice, c->stream));
+    memcpy(c->h_pos, b->pos, sizeof(int32_t) * b->T);
+    memcpy(c->h_seq, b->seq, sizeof(int32_t) * b->T);
+    c->T = b->T;
+    c->max_seqs = b->max_seqs;
+    c->max_blocks = b->max_blocks_per_seq;
+}
+
+// ------------------------------------------------------------------------------------------
+// Operations
+// ------------------------------------------------------------------------------------------
+
+static const uint16_t *bf16_dev(const k25_tensor *t, int64_t n_elems) {
+    if (!t->dev) K25_DIE("%s: not loaded on the GPU", t->name);
+    if (t->dtype != K25_BF16) K25_DIE("%s: dtype %s, expected BF16", t->name, k25_dtype_name(t->dtype));
+    if (n_elems >= 0 && t->rows * t->cols != n_elems)
+        K25_DIE("%s: %lld elements, expected %lld", t->name, (long long)(t->rows * t->cols),
+                (long long)n_elems);
+    return (const uint16_t *)t->dev;
+}
+
+static void cuda_embed(k25_backend *be, const k25_tensor *emb, float *x) {
+    cuda_impl *c = impl_of(be);
+    k25k_embed(c->d_tokens, c->T, bf16_dev(emb, -1), emb->rows, (int)emb->cols, x, c->d_err + 0,
+               c->stream);
+}
+
+static void cuda_rmsnorm(k25_backend *be, const float *x, int ld, const k25_tensor *w, float eps,
+                         int T, int n, float *out) {
+    cuda_impl *c = impl_of(be);
+    k25k_rmsnorm(x, ld, bf16_dev(w, n), eps, T, n, out, c->stream);
+}
+
+static void cuda_add_rmsnorm(k25_backend *be, float *h, const float *d, const k25_tensor *w,
+                             float eps, int T, int n, float *out) {
+    cuda_impl *c = impl_of(be);
+    k25k_add_rmsnorm(h, d, bf16_dev(w, n), eps, T, n, out, c->stream);
+}
+
+static void cuda_matmul(k25_backend *be, const float *x, const k25_tensor *W, int T, float *y) {
+    cuda_impl *c = impl_of(be);
+    const uint16_t *wd = bf16_dev(W, -1);
+    if (T > 0 && (size_t)T * W->cols > k25k_blas_capacity(c->blas)) {
+        no_capture(c, "matmul workspace growth");
+        drop_graphs(c);
+        k25k_blas_reserve(c->blas, (size_t)T * W->cols);
+    }
+    k25k_matmul(c->blas, x, wd, T, (int)W->rows, (int)W->cols, y, c->stream);
+}
+
+static void cuda_silu_mul(k25_backend *be, const float *gate, const float *up, int T, int n,
+                          float *out) {
+    k25k_silu_mul(gate, up, (size_t)T * n, out, impl_of(be)->stream);
+}
+
+static void cuda_add(k25_backend *be, float *y, const float *x, size_t n) {
+    k25k_add(y, x, n, impl_of(be)->stream);
+}
+
+static void cuda_mla_attention(k25_backend *be, int layer, const k25_layer *L, float *q,
+                               float *kv, float *out) {
+    cuda_impl *c = impl_of(be);
+    const k25_config *cfg = be->cfg;
+    if (layer < 0 || layer >= c->n_layers) K25_DIE("mla: cache layer %d of %d", layer, c->n_layers);
+    const int dq = cfg->qk_nope_dim + cfg->qk_rope_dim;
+    k25k_mla_args a;
+    a.T = c->T;
+    a.H = (int)(L->q_b.rows / dq);
+    a.L = cfg->kv_lora_rank;
+    a.dr = cfg->qk_rope_dim;
+    a.dn = cfg->qk_nope_dim;
+    a.dv = cfg->v_head_dim;
+    a.kv_block = c->kv_block;
+    a.max_blocks = c->max_blocks;
+    a.max_seqs = c->max_seqs;
+    a.n_blocks = c->n_blocks;
+    a.eps = cfg->latent_norm_eps;
+    a.scale = c->softmax_scale;
+    a.pos = c->d_pos;
+    a.seq = c->d_seq;
+    a.block_table = c->d_table;
+    a.norm_w = bf16_dev(&L->kv_a_norm, a.L);
+    a.inv_freq = c->d_inv_freq;
+    a.err = c->d_err + 1;
+    const uint16_t *kvb = bf16_dev(&L->kv_b, (int64_t)a.H * (a.dn + a.dv) * a.L);
+    int chunks = k25k_mla_chunks(a.T, a.H, c->num_sms);
+    if (k25k_mla_workspace_floats(a.T, a.H, a.L, chunks) > c->ws_mla_floats)
+        K25_DIE("mla: workspace sized for %d rows, step has %d", c->ws_rows, a.T);
+    k25k_mla_attention(&a, c->cache + c->layer_elems * layer, kvb, q, kv, out, c->ws_mla, chunks,
+                       c->stream);
+}
+
+static void cuda_router(k25_backend *be, const float *x, const k25_layer *L, int32_t *idx,
+                        float *wts) {
+    cuda_impl *c = impl_of(be);
+    const k25_config *cfg = be->cfg;
+    const int E = cfg->n_experts, D = cfg->hidden;
+    if (L->router_bias.dtype != K25_F32 || !L->router_bias.dev)
+        K25_DIE("%s: expected a loaded F32 bias", L->router_bias.name);
+    // f32 activations and accumulation for the router: its choices flip on small errors
+    k25k_gemv_bf16(x, bf16_dev(&L->router, (int64_t)E * D), c->T, E, D, c->ws_logits, c->stream);
+    k25k_router_topk(c->ws_logits, (const float *)L->router_bias.dev, c->T, E, cfg->n_group,
+                     cfg->topk_group, cfg->top_k, cfg->norm_topk_prob, cfg->routed_scale, idx,
+                     wts, c->stream);
+}
+
+static void cuda_moe(k25_backend *be, const float *x, const k25_layer *L, const int32_t *idx,
+                     const float *wts, float *out) {
+    cuda_impl *c = impl_of(be);
+    const k25_config *cfg = be->cfg;
+    const moe_dev *m = (const moe_dev *)L->backend_data;
+    if (!m) K25_DIE("moe: layer %d has no experts on the GPU", L->index);
+    const int T = c->T, K = cfg->top_k, A = T * K, E = m->E, I = m->I, D = m->D;
+    const int max_active = A < E ? A : E;
+    if (T > c->ws_rows) K25_DIE("moe: workspaces sized for %d rows, step has %d", c->ws_rows, T);
+    k25k_moe_sort(idx, T, K, E, &c->route, c->stream);
+    if (m->int4) {
+        int ns1, kb1, ns2, kb2;
+        k25k_moe_splits(2 * I, D, max_active, c->num_sms, &ns1, &kb1);
+        k25k_moe_splits(D, I, max_active, c->num_sms, &ns2, &kb2);
+        k25k_moe_w4a16_gemm(m->gu_w, m->gu_s, E, 2 * I, D, 1, x, D, c->route.slot_token, &c->route,
+                            max_active, A, ns1, kb1, c->ws_part1, c->stream);
+        k25k_moe_gate_up_reduce(c->ws_part1, ns1, A, I, c->ws_h, c->stream);
+        k25k_moe_w4a16_gemm(m->dn_w, m->dn_s, E, D, I, 0, c->ws_h, I, NULL, &c->route, max_active,
+                            A, ns2, kb2, c->ws_part2, c->stream);
+        k25k_moe_combine(c->ws_part2, ns2, A, D, c->route.slot_of, wts, T, K, out, c->stream);
+    } else {
+        k25k_moe_bf16_gemm(m->gate, m->up, 2 * I, D, 1, x, D, c->route.slot_token, &c->route,
+                           max_active, A, c->ws_part1, c->stream);
+        k25k_moe_gate_up_reduce(c->ws_part1, 1, A, I, c->ws_h, c->stream);
+        k25k_moe_bf16_gemm(m->down, NULL, D, I, 0, c->ws_h, I, NULL, &c->route, max_active, A,
+                           c->ws_part2, c->stream);
+        k25k_moe_combine(c->ws_part2, 1, A, D, c->route.slot_of, wts, T, K, out, c->stream);
+    }
+}
+
+static int allreduce_bf16(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("K25_ALLREDUCE_BF16");
+        v = e && *e && strcmp(e, "0") != 0;
+    }
+    return v;
+}
+
+static void cuda_allreduce_sum(k25_backend *be, float *x, size_t n) {
+    cuda_impl *c = impl_of(be);
+    if (c->tp <= 1 || !n) return;
+    (void)allreduce_bf16; // bf16 transport: a later option (halves the bytes, rounds partials)
+    NCCL_CHECK(ncclAllReduce(x, x, n, ncclFloat32, ncclSum, c->nccl, c->stream));
+}
+
+// ------------------------------------------------------------------------------------------
+// Sampling and logits
+// ------------------------------------------------------------------------------------------
+
+static void ensure_sampling(cuda_impl *c, int T) {
+    if (T <= c->samp_rows) return;
+    const int tp = c->tp, C = K25_SAMPLE_CAND_MAX;
+    void *dp[] = {c->d_params, c->d_best, c->d_best_all, c->d_cands, c->d_cands_all,
+                  c->d_ncand, c->d_ncand_all, c->d_stats, c->d_stats_all};
+    for (size_t i = 0; i < sizeof dp / sizeof dp[0]; i++) dev_free(c, dp[i]);
+    if (c->h_best) CUDA_CHECK(cudaFreeHost(c->h_best));
+    if (c->h_cands) CUDA_CHECK(cudaFreeHost(c->h_cands));
+    if (c->h_ncand) CUDA_CHECK(cudaFreeHost(c->h_ncand));
+    if (c->h_stats) CUDA_CHECK(cudaFreeHost(c->h_stats));
+    c->d_params = (k25_sampling *)dev_alloc(c, sizeof(k25_sampling) * T, "sampling params");
+    c->d_best = (k25_cand *)dev_alloc(c, sizeof(k25_cand) * T, "sampling");
+    c->d_best_all = (k25_cand *)dev_alloc(c, sizeof(k25_cand) * T * tp, "sampling");
+    c->d_cands = (k25_cand *)dev_alloc(c, sizeof(k25_cand) * (size_t)T * C, "sampling candidates");
+    c->d_cands_all = (k25_cand *)dev_alloc(c, sizeof(k25_cand) * (size_t)T * C * tp, "sampling");
+    c->d_ncand = (int *)dev_alloc(c, sizeof(int) * T, "sampling");
+    c->d_ncand_all = (int *)dev_alloc(c, sizeof(int) * T * tp, "sampling");
+    c->d_stats = (k25_softmax_stats *)dev_alloc(c, sizeof(k25_softmax_stats) * T, "sampling");
+    c->d_stats_all = (k25_softmax_stats *)dev_alloc(c, sizeof(k25_softmax_stats) * T * tp, "sampling");
+    CUDA_CHECK(cudaMallocHost(&c->h_best, sizeof(k25_cand) * T * tp));
+    CUDA_CHECK(cudaMallocHost(&c->h_cands, sizeof(k25_cand) * (size_t)T * C * tp));
+    CUDA_CHECK(cudaMallocHost(&c->h_ncand, sizeof(int) * T * tp));
+    CUDA_CHECK(cudaMallocHost(&c->h_stats, sizeof(k25_softmax_stats) * T * tp));
+    c->samp_rows = T;
+}
+
+// Gathers n bytes from every rank of the TP group: dst[rank][n].
+static void gather_bytes(cuda_impl *c, const void *src, void *dst, size_t n) {
+    if (c->tp <= 1) {
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, c->stream));
+        return;
+    }
+    NCCL_CHECK(ncclAllGather(src, dst, n, ncclUint8, c->nccl, c->stream));
+}
+
+static void cuda_sample(k25_backend *be, const float *logits, int vocab_begin, int V_local,
+                        const k25_sampling *params, int32_t *out) {
+    cuda_impl *c = impl_of(be);
+    no_capture(c, "sample");
+    const int T = c->T, tp = c->tp, C = K25_SAMPLE_CAND_MAX;
+    if (T <= 0) return;
+    ensure_sampling(c, T);
+    int any_cand = 0, any_best = 0;
+    for (int t = 0; t < T; t++) {
+        if (sampler_mode_of(&params[t]) == SAMPLER_CANDIDATES)
+            any_cand = 1;
+        else
+            any_best = 1;
+    }
+    CUDA_CHECK(cudaMemcpyAsync(c->d_params, params, sizeof(k25_sampling) * T,
+                               cudaMemcpyHostToDevice, c->stream));
+    if (any_best) {
+        k25k_sample_best(logits, T, V_local, vocab_begin, c->d_params, c->d_best, c->stream);
+        gather_bytes(c, c->d_best, c->d_best_all, sizeof(k25_cand) * T);
+        CUDA_CHECK(cudaMemcpyAsync(c->h_best, c->d_best_all, sizeof(k25_cand) * T * tp,
+                                   cudaMemcpyDeviceToHost, c->stream));
+    }
+    if (any_cand) {
+        k25k_sample_candidates(logits, T, V_local, vocab_begin, c->d_params, C, c->d_cands,
+                               c->d_ncand, c->d_stats, c->stream);
+        gather_bytes(c, c->d_cands, c->d_cands_all, sizeof(k25_cand) * (size_t)T * C);
+        gather_bytes(c, c->d_ncand, c->d_ncand_all, sizeof(int) * T);
+        gather_bytes(c, c->d_stats, c->d_stats_all, sizeof(k25_softmax_stats) * T);
+        CUDA_CHECK(cudaMemcpyAsync(c->h_cands, c->d_cands_all, sizeof(k25_cand) * (size_t)T * C * tp,
+                                   cudaMemcpyDeviceToHost, c->stream));
+        CUDA_CHECK(cudaMemcpyAsync(c->h_ncand, c->d_ncand_all, sizeof(int) * T * tp,
+                                   cudaMemcpyDeviceToHost, c->stream));
+        CUDA_CHECK(cudaMemcpyAsync(c->h_stats, c->d_stats_all, sizeof(k25_softmax_stats) * T * tp,
+                                   cudaMemcpyDeviceToHost, c->stream));
+    }
+    check_errors(c); // synchronizes
+    k25_cand *merged = any_cand ? (k25_cand *)k25_malloc(sizeof(k25_cand) * (size_t)C * tp) : NULL;
+    for (int t = 0; t < T; t++) {
+        if (sampler_mode_of(&params[t]) != SAMPLER_CANDIDATES) {
+            k25_cand best = c->h_best[t];
+            for (int r = 1; r < tp; r++) {
+                k25_cand x = c->h_best[(size_t)r * T + t];
+                if (x.id != INT32_MAX && (best.id == INT32_MAX || sampler_before(x, best))) best = x;
+            }
+            out[t] = best.id;
+        } else {
+            int n = 0;
+            k25_softmax_stats st = {-INFINITY, 0};
+            for (int r = 0; r < tp; r++) {
+                int nr = c->h_ncand[(size_t)r * T + t];
+                memcpy(merged + n, c->h_cands + ((size_t)r * T + t) * C, sizeof(k25_cand) * nr);
+                n += nr;
+                st = sampler_stats_merge(st, c->h_stats[(size_t)r * T + t]);
+            }
+            out[t] = sampler_pick(merged, n, &params[t], st);
+        }
+        if (out[t] < 0 || out[t] == INT32_MAX)
+            K25_DIE("sampling row %d: every logit is NaN (no token to choose)", t);
+    }
+    free(merged);
+}
+
+static void cuda_gather_logits(k25_backend *be, const float *logits, int V_local, int t,
+                               float *out) {
+    cuda_impl *c = impl_of(be);
+    no_capture(c, "gather_logits");
+    const float *row = logits + (size_t)t * V_local;
+    if (c->tp <= 1) {
+        CUDA_CHECK(cudaMemcpyAsync(out, row, sizeof(float) * V_local, cudaMemcpyDeviceToHost,
+                                   c->stream));
+        CUDA_CHECK(cudaStreamSynchronize(c->stream));
+        return;
+    }
+    size_t need = (size_t)V_local * c->tp;
+    if (need > c->gather_cap) {
+        dev_free(c, c->d_gather);
+        c->d_gather = (float *)dev_alloc(c, sizeof(float) * need, "logit gather");
+        c->gather_cap = need;
+    }
+    NCCL_CHECK(ncclAllGather(row, c->d_gather, V_local, ncclFloat32, c->nccl, c->stream));
+    CUDA_CHECK(cudaMemcpyAsync(out, c->d_gather, sizeof(float) * need, cudaMemcpyDeviceToHost,
+                               c->stream));
+    CUDA_CHECK(cudaStreamSynchronize(c->stream));
+}
+
+// ------------------------------------------------------------------------------------------
+// Graphs
+// ------------------------------------------------------------------------------------------
+
+static void cuda_run_graph(k25_backend *be, int key, void (*fn)(void *ctx), void *ctx) {
+    cuda_impl *c = impl_of(be);
+    if (c->no_graph) {
+        fn(ctx);
+        return;
+    }
+    for (int i = 0; i < c->n_graphs; i++)
+        if (c->graphs[i].key == key && c->graphs[i].T == c->T) {
+            CUDA_CHECK(cudaGraphLaunch(c->graphs[i].exec, c->stream));
+            K25_LAUNCH_CHECK(c->stream, "graph replay");
+            return;
+        }
+    if (c->n_graphs >= MAX_GRAPHS) drop_graphs(c);
+    cudaGraph_t g;
+    CUDA_CHECK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
+    c->capturing = 1;
+    fn(ctx);
+    c->capturing = 0;
+    cudaError_t e = cudaStreamEndCapture(c->stream, &g);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        k25_log("cuda: capturing the step for %d rows failed (%s); graphs are off from now on\n",
+                c->T, cudaGetErrorString(e));
+        c->no_graph = 1;
+        fn(ctx);
+        return;
+    }
+    cudaGraphExec_t exec;
+    CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+    CUDA_CHECK(cudaGraphDestroy(g));
+    c->graphs[c->n_graphs++] = (graph_entry){key, c->T, exec};
+    CUDA_CHECK(cudaGraphLaunch(exec, c->stream));
+    K25_LAUNCH_CHECK(c->stream, "graph launch");
+}
+
+// ------------------------------------------------------------------------------------------
+// Construction
+// ------------------------------------------------------------------------------------------
+
+static void cuda_destroy(k25_backend *be) {
+    cuda_impl *c = impl_of(be);
+    CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    drop_graphs(c);
+    if (c->w) free_weights(c, c->w);
+    while (c->n_allocs) dev_free(c, c->allocs[c->n_allocs - 1].p);
+    if (c->h_stage) CUDA_CHECK(cudaFreeHost(c->h_stage));
+    if (c->h_best) CUDA_CHECK(cudaFreeHost(c->h_best));
+    if (c->h_cands) CUDA_CHECK(cudaFreeHost(c->h_cands));
+    if (c->h_ncand) CUDA_CHECK(cudaFreeHost(c->h_ncand));
+    if (c->h_stats) CUDA_CHECK(cudaFreeHost(c->h_stats));
+    free(c->h_pos);
+    free(c->h_seq);
+    k25k_blas_destroy(c->blas);
+    if (c->nccl) ncclCommDestroy(c->nccl);
+    CUDA_CHECK(cudaStreamDestroy(c->stream));
+    free(c);
+    free(be);
+}
+
+int k25_cuda_device_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+extern "C" k25_backend *backend_cuda_create(const k25_config *cfg, const k25_dist *dist) {
+    int ndev = k25_cuda_device_count();
+    if (ndev <= 0) K25_DIE("--backend cuda: no CUDA device is visible to rank %d",
+                           dist ? dist->world_rank : 0);
+    cuda_impl *c = (cuda_impl *)k25_calloc(1, sizeof *c);
+    int local = dist ? dist->local_rank : 0;
+    c->device = local % ndev;
+    CUDA_CHECK(cudaSetDevice(c->device));
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, c->device));
+    c->num_sms = prop.multiProcessorCount;
+    char bus[32] = "?", host[64] = "?";
+    cudaDeviceGetPCIBusId(bus, sizeof bus, c->device);
+    gethostname(host, sizeof host);
+    host[sizeof host - 1] = 0;
+    fprintf(stderr, "# Rank %d on %s device %d [%s] %s (%d SMs, %.1f GiB)\n",
+            dist ? dist->world_rank : 0, host, c->device, bus, prop.name, prop.multiProcessorCount,
+            prop.totalGlobalMem / GIB);
+    if (!dist || dist->world_rank == 0)
+        fprintf(stderr, "# CUDA-aware MPI: %s (MPI only ever sees host memory here)\n",
+                dist && dist->cuda_aware_mpi ? "yes" : "no");
+    CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    c->blas = k25k_blas_create((size_t)32 << 20);
+    c->tp = dist && dist->tp_size > 0 ? dist->tp_size : 1;
+    c->tp_rank = dist ? dist->tp_rank : 0;
+    if (c->tp > 1) {
+        ncclUniqueId id;
+        if (c->tp_rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+        MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, dist->tp));
+        NCCL_CHECK(ncclCommInitRank(&c->nccl, c->tp, id, c->tp_rank));
+    }
+    const char *ng = getenv("K25_NO_GRAPH");
+    c->no_graph = ng && *ng && strcmp(ng, "0") != 0;
+
+    c->d_err = (int *)dev_alloc(c, sizeof(int) * 4, "error flags");
+    CUDA_CHECK(cudaMemsetAsync(c->d_err, 0, sizeof(int) * 4, c->stream));
+    const int nf = cfg->qk_rope_dim / 2;
+    float *inv = (float *)k25_malloc(sizeof(float) * (nf + 1));
+    config_rope_inv_freq(cfg, inv);
+    c->d_inv_freq = (float *)dev_alloc(c, sizeof(float) * (nf + 1), "rope frequencies");
+    CUDA_CHECK(cudaMemcpyAsync(c->d_inv_freq, inv, sizeof(float) * nf, cudaMemcpyHostToDevice,
+                               c->stream));
+    CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    free(inv);
+    c->softmax_scale = config_softmax_scale(cfg);
+
+    k25_backend *be = (k25_backend *)k25_calloc(1, sizeof *be);
+    be->name = "cuda";
+    be->impl = c;
+    be->cfg = cfg;
+    be->dist = dist;
+    be->destroy = cuda_destroy;
+    be->alloc = cuda_alloc;
+    be->free = cuda_free_op;
+    be->to_device = cuda_to_device;
+    be->to_host = cuda_to_host;
+    be->sync = cuda_sync;
+    be->mem_peak = cuda_mem_peak;
+    be->load_weights = cuda_load_weights;
+    be->kv_init = cuda_kv_init;
+    be->set_batch = cuda_set_batch;
+    be->embed = cuda_embed;
+    be->rmsnorm = cuda_rmsnorm;
+    be->add_rmsnorm = cuda_add_rmsnorm;
+    be->matmul = cuda_matmul;
+    be->silu_mul = cuda_silu_mul;
+    be->add = cuda_add;
+    be->mla_attention = cuda_mla_attention;
+    be->router = cuda_router;
+    be->moe = cuda_moe;
+    be->allreduce_sum = cuda_allreduce_sum;
+    be->sample = cuda_sample;
+    be->run_graph = cuda_run_graph;
+    be->gather_logits = cuda_gather_logits;
+    return be;
+}

@@ -1,0 +1,79 @@
+// Shared by every CUDA source of the backend: the check macros (one per API family), bf16 bit
+// helpers, warp reductions and launch-error checking.
+//
+// Every CUDA runtime call goes through CUDA_CHECK; every kernel launch is followed by
+// K25_LAUNCH_CHECK(stream), which always reads cudaGetLastError and, when K25_CUDA_SYNC=1 is
+// set in the environment (debug mode), also synchronizes the stream (outside graph capture) so
+// that a faulting kernel is reported at its own launch site.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+// weights.h declares k25_dtype_size, k25_dtype_name, tensor_read_rows and tensor_get_f32 before
+// its C-linkage block: include it (first) with C linkage so C++ callers link to the C symbols.
+extern "C" {
+#include "weights.h"
+}
+#include "common.h"
+
+// ------------------------------------------------------------------------------------------
+// Error checks
+// ------------------------------------------------------------------------------------------
+
+#define CUDA_CHECK(call)                                                                           \
+    do {                                                                                           \
+        cudaError_t err_ = (call);                                                                 \
+        if (err_ != cudaSuccess)                                                                   \
+            k25_fatal(__FILE__, __LINE__, "CUDA error %s (%s) in %s", cudaGetErrorName(err_),      \
+                      cudaGetErrorString(err_), #call);                                            \
+    } while (0)
+
+// Non-zero when K25_CUDA_SYNC=1: synchronize after every launch (slow, precise errors).
+int k25_cuda_debug_sync(void);
+void k25_cuda_launch_check(cudaStream_t s, const char *what, const char *file, int line);
+#define K25_LAUNCH_CHECK(stream, what) k25_cuda_launch_check((stream), (what), __FILE__, __LINE__)
+
+__host__ __device__ static inline int64_t k25_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// ------------------------------------------------------------------------------------------
+// Device helpers
+// ------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ float k25_bf16_lo(uint32_t packed) { return __uint_as_float(packed << 16); }
+__device__ __forceinline__ float k25_bf16_hi(uint32_t packed) {
+    return __uint_as_float(packed & 0xffff0000u);
+}
+__device__ __forceinline__ float k25_bf16f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+
+// Round to nearest even, as common.h's k25_f32_to_bf16 (NaN kept quiet).
+__device__ __forceinline__ uint16_t k25_f2bf(float f) {
+    uint32_t u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+__device__ __forceinline__ float k25_warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float k25_warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+// scratch: 32 floats of shared memory.
+__device__ __forceinline__ float k25_block_sum(float v, float *scratch) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = k25_warp_sum(v);
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    float r = lane < nw ? scratch[lane] : 0.0f;
+    return k25_warp_sum(r);
+}

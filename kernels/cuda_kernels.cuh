@@ -1,0 +1,115 @@
+// The CUDA kernels of the backend, one launcher per operation (C++ linkage, used by
+// backend_cuda.cu, the GPU tests and the micro benchmarks). Pointers are device memory unless a
+// comment says host; every launcher runs on the given stream and checks its launch.
+#pragma once
+#include "cuda_common.cuh"
+
+// ---- elementwise.cu ----
+// x[T][D] = emb[tokens[t]] (bf16 rows widened); a token outside [0, V) gives NaN and *err = 1.
+void k25k_embed(const int32_t *tokens, int T, const uint16_t *emb, int64_t V, int D, float *x,
+                int *err, cudaStream_t s);
+void k25k_rmsnorm(const float *x, int ld, const uint16_t *w, float eps, int T, int n, float *out,
+                  cudaStream_t s);
+void k25k_add_rmsnorm(float *h, const float *d, const uint16_t *w, float eps, int T, int n,
+                      float *out, cudaStream_t s);
+void k25k_silu_mul(const float *gate, const float *up, size_t n, float *out, cudaStream_t s);
+void k25k_add(float *y, const float *x, size_t n, cudaStream_t s);
+void k25k_f32_to_bf16(const float *x, size_t n, uint16_t *y, cudaStream_t s);
+
+// ---- matmul.cu: y[T][N] = x[T][K] W^T, W bf16 [N][K] ----
+typedef struct k25k_blas k25k_blas;
+k25k_blas *k25k_blas_create(size_t workspace_bytes);
+void k25k_blas_destroy(k25k_blas *b);
+// Grows the bf16 activation workspace to elems (outside graph capture only).
+void k25k_blas_reserve(k25k_blas *b, size_t elems);
+size_t k25k_blas_capacity(const k25k_blas *b);
+void k25k_gemv_bf16(const float *x, const uint16_t *W, int T, int N, int K, float *y,
+                    cudaStream_t s);
+void k25k_matmul_lt(k25k_blas *b, const float *x, const uint16_t *W, int T, int N, int K,
+                    float *y, cudaStream_t s);
+// The cuBLASLt call alone, activations already bf16 xb[T][K].
+void k25k_matmul_lt_bf16(k25k_blas *b, const uint16_t *xb, const uint16_t *W, int T, int N, int K,
+                         float *y, cudaStream_t s);
+// GEMV for T <= K25_GEMV_MAX_T (default 8), cuBLASLt above.
+void k25k_matmul(k25k_blas *b, const float *x, const uint16_t *W, int T, int N, int K, float *y,
+                 cudaStream_t s);
+
+// ---- moe_w4a16.cu ----
+// Routing metadata of one MoE call (device arrays; A = T * top_k choices).
+typedef struct k25k_moe_route {
+    int *counts;     // [E]   choices per expert
+    int *offsets;    // [E+1] first slot of each expert
+    int *active;     // [E]   experts with choices, ascending
+    int *n_active;   // [1]
+    int *slot_token; // [A]   token of each slot
+    int *slot_of;    // [A]   slot of choice t*top_k + k (-1: invalid expert id)
+    int *err;        // [1]   set to 1 on an invalid expert id
+} k25k_moe_route;
+
+void k25k_moe_sort(const int32_t *idx, int T, int top_k, int E, const k25k_moe_route *r,
+                    cudaStream_t s);
+// Repacks one expert matrix from the checkpoint layout (packed [rows][K/8] int32, scales
+// [rows][K/group] bf16) into the tiled layout (moe_w4a16.cu). gate_up: wa/sa are the gate rows,
+// wb/sb the up rows, N = 2 * I; otherwise N rows of wa/sa.
+void k25k_w4_repack(const uint32_t *wa, const uint32_t *wb, const uint16_t *sa,
+                    const uint16_t *sb, int N, int K, int group, int gate_up, uint32_t *dst_w,
+                    uint16_t *dst_s, cudaStream_t s);
+// Split-K plan of the grouped GEMM for N x K experts and at most max_active of them.
+void k25k_moe_splits(int N, int K, int max_active, int num_sms, int *n_splits,
+                     int *kb_per_split);
+// part[n_splits][A][N] = per-slot partial products (tiled INT4 weights of all E experts).
+void k25k_moe_w4a16_gemm(const uint32_t *Wt, const uint16_t *St, int E, int N, int K,
+                         int gate_up, const float *X, int x_ld, const int *row_index,
+                         const k25k_moe_route *r, int max_active, int A, int n_splits,
+                         int kb_per_split, float *part, cudaStream_t s);
+// Same for bf16 experts (device arrays of per-expert row-major [rows][K] pointers); one split.
+void k25k_moe_bf16_gemm(const uint16_t *const *Wa, const uint16_t *const *Wb, int N, int K,
+                        int gate_up, const float *X, int x_ld, const int *row_index,
+                        const k25k_moe_route *r, int max_active, int A, float *part,
+                        cudaStream_t s);
+// h[A][I] = silu(sum gate) * (sum up) over the splits of part [n_splits][A][2I].
+void k25k_moe_gate_up_reduce(const float *part, int n_splits, int A, int I, float *h,
+                             cudaStream_t s);
+// out[T][D] = sum_k wts[t][k] * sum_splits part[split][slot_of[t][k]][D].
+void k25k_moe_combine(const float *part, int n_splits, int A, int D, const int *slot_of,
+                      const float *wts, int T, int top_k, float *out, cudaStream_t s);
+
+// ---- router.cu ----
+void k25k_router_topk(const float *logits, const float *bias, int T, int E, int n_group,
+                      int topk_group, int top_k, int norm_topk, float scale, int32_t *idx,
+                      float *wts, cudaStream_t s);
+
+// ---- mla.cu ----
+typedef struct k25k_mla_args {
+    int T, H, L, dr, dn, dv;        // rows, local heads, kv_lora, rope, nope, v dims
+    int kv_block, max_blocks, max_seqs, n_blocks;
+    float eps, scale;               // latent norm eps, softmax scale
+    const int32_t *pos, *seq;       // [T]
+    const int32_t *block_table;     // [max_seqs * max_blocks]
+    const uint16_t *norm_w;         // kv_a_norm [L] bf16
+    const float *inv_freq;          // [dr/2]
+    int *err;                       // 1: bad cache slot on write, 2: on read
+} k25k_mla_args;
+int k25k_mla_chunks(int T, int H, int num_sms);
+size_t k25k_mla_workspace_floats(int T, int H, int L, int n_chunks);
+// cache: this layer's [n_blocks*kv_block][L+dr] bf16; kvb: kv_b [H*(dn+dv)][L] bf16.
+void k25k_mla_attention(const k25k_mla_args *a, uint16_t *cache, const uint16_t *kvb, float *q,
+                        float *kv, float *out, float *ws, int n_chunks, cudaStream_t s);
+
+// ---- sampling.cu (k25_cand, k25_softmax_stats from sampler.h) ----
+struct k25_cand;
+struct k25_softmax_stats;
+struct k25_sampling;
+void k25k_sample_best(const float *logits, int T, int V_local, int vocab_begin,
+                      const struct k25_sampling *params_dev, struct k25_cand *out_dev,
+                      cudaStream_t s);
+void k25k_sample_candidates(const float *logits, int T, int V_local, int vocab_begin,
+                            const struct k25_sampling *params_dev, int c_max,
+                            struct k25_cand *out_dev, int *n_dev,
+                            struct k25_softmax_stats *stats_dev, cudaStream_t s);
+
+// ---- weights_upload.cu ----
+// dst[rows][cols] = the stored bits of a synthetic tensor slice (synth.h), elem_size 2 or 4.
+void k25k_synth_fill(void *dst, int elem_size, int kind, int exp, uint64_t seed, uint64_t id,
+                     int64_t rows, int64_t cols, int64_t g_cols, int64_t row0, int64_t col0,
+                     cudaStream_t s);

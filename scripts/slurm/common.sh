@@ -1,0 +1,112 @@
+# Helpers shared by the scripts in scripts/slurm/ (sourced, not run): the job banner, the
+# model arguments from the environment, the srun line, the resolved configuration, and the
+# sweep-file format. Every function assumes it runs inside a Slurm job (the calling script
+# checks SLURM_JOB_ID first) with the repository as the working directory.
+#
+# Environment understood by every job script:
+#   K25_MODEL=DIR        checkpoint directory             -> --model DIR
+#   K25_CONFIG=FILE.ini  model configuration              -> --config FILE.ini
+#   K25_SYNTHETIC=SEED   synthetic weights (with CONFIG)  -> --synthetic SEED
+#   K25_BACKEND=cpu|cuda compute backend (default: cuda when the job has GPUs, else the config's)
+#   K25_ARGS="..."       more arguments for the program, quoted as on a shell command line
+#   K25_SRUN_ARGS="..."  more arguments for srun (e.g. -l to label lines with the rank)
+#   K25_DEC, K25_BENCH   the binaries (default ./k25dec, ./k25bench at the repository root)
+#   K25_ROOT             the repository (default: found from the submitted script's path)
+
+# ---------------------------------------------------------------------------------------------
+# Environment of the ranks
+# ---------------------------------------------------------------------------------------------
+
+# Open MPI refuses to start as root unless told twice; CI and containers run as root.
+if [ "$(id -u)" -eq 0 ]; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+K25_DEC=${K25_DEC:-$K25_ROOT/k25dec}
+K25_BENCH=${K25_BENCH:-$K25_ROOT/k25bench}
+
+# CPUs each rank may use: what the job holds on this node divided by its ranks here (srun in
+# Slurm >= 22.05 no longer inherits --cpus-per-task from sbatch, and gives 1 CPU otherwise).
+k25_cpus_per_task() {
+    if [ -n "${SLURM_CPUS_PER_TASK:-}" ]; then echo "$SLURM_CPUS_PER_TASK"; return; fi
+    local cpus=${SLURM_CPUS_ON_NODE:-1}
+    local tasks=${SLURM_NTASKS_PER_NODE:-${SLURM_NTASKS:-1}}
+    tasks=${tasks%%(*}   # "8(x2)" -> 8
+    local c=$((cpus / tasks))
+    [ "$c" -ge 1 ] || c=1
+    echo "$c"
+}
+
+# srun with PMIx (so Open MPI ranks find each other; plain srun can start N singletons) and
+# every rank seeing all GPUs of its node (the program picks one by its node-local rank).
+k25_srun() {
+    local extra=()
+    [ -n "${K25_SRUN_ARGS:-}" ] && eval "extra=($K25_SRUN_ARGS)"
+    srun --mpi=pmix --cpus-per-task="$(k25_cpus_per_task)" "${extra[@]}" "$@"
+}
+
+# ---------------------------------------------------------------------------------------------
+# Arguments
+# ---------------------------------------------------------------------------------------------
+
+# Fills the array K25_MODEL_ARGS from K25_MODEL / K25_CONFIG / K25_SYNTHETIC / K25_BACKEND.
+k25_model_args() {
+    K25_MODEL_ARGS=()
+    [ -n "${K25_MODEL:-}" ] && K25_MODEL_ARGS+=(--model "$K25_MODEL")
+    [ -n "${K25_CONFIG:-}" ] && K25_MODEL_ARGS+=(--config "$K25_CONFIG")
+    [ -n "${K25_SYNTHETIC:-}" ] && K25_MODEL_ARGS+=(--synthetic "$K25_SYNTHETIC")
+    local backend=${K25_BACKEND:-}
+    if [ -z "$backend" ] && [ "${SLURM_GPUS_ON_NODE:-0}" != 0 ]; then backend=cuda; fi
+    [ -n "$backend" ] && K25_MODEL_ARGS+=(--backend "$backend")
+    return 0
+}
+
+# Fills the array K25_EXTRA_ARGS from K25_ARGS (shell quoting, so -p "two words" works).
+k25_extra_args() {
+    K25_EXTRA_ARGS=()
+    [ -n "${K25_ARGS:-}" ] && eval "K25_EXTRA_ARGS=($K25_ARGS)"
+    return 0
+}
+
+# ---------------------------------------------------------------------------------------------
+# What the log shows before the run
+# ---------------------------------------------------------------------------------------------
+
+k25_banner() {
+    echo "# $(date -Is) job ${SLURM_JOB_ID}${SLURM_ARRAY_JOB_ID:+ (array ${SLURM_ARRAY_JOB_ID} task ${SLURM_ARRAY_TASK_ID})} name ${SLURM_JOB_NAME:-?}"
+    echo "# repository: $K25_ROOT (git $(git -C "$K25_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown))"
+    echo "# nodes (${SLURM_JOB_NUM_NODES:-1}): $(scontrol show hostnames "${SLURM_JOB_NODELIST:-$(hostname)}" | tr '\n' ' ')"
+    echo "# tasks: ${SLURM_NTASKS:-1}${SLURM_NTASKS_PER_NODE:+ (${SLURM_NTASKS_PER_NODE} per node)}, $(k25_cpus_per_task) CPUs each"
+    if command -v nvidia-smi >/dev/null; then
+        if [ "${SLURM_JOB_NUM_NODES:-1}" -gt 1 ]; then
+            srun --ntasks-per-node=1 --ntasks="$SLURM_JOB_NUM_NODES" \
+                bash -c 'nvidia-smi -L | sed "s/^/# gpu $(hostname -s): /"' || true
+        else
+            nvidia-smi -L | sed "s/^/# gpu $(hostname -s): /" || true
+        fi
+    else
+        echo "# gpus: none (no nvidia-smi on $(hostname -s))"
+    fi
+}
+
+# The configuration the program will run with, resolved by the program itself on the same
+# ranks with the same arguments. $1: the k25dec binary; the rest: its model/run arguments.
+k25_show_config() {
+    local bin=$1; shift
+    echo "# resolved configuration: $bin $* --dump-config"
+    k25_srun "$bin" "$@" --dump-config | sed 's/^/#   /'
+}
+
+# ---------------------------------------------------------------------------------------------
+# Sweep files: one task per line; blank lines and lines starting with '#' do not count.
+# ---------------------------------------------------------------------------------------------
+
+k25_sweep_lines() { grep -v -e '^[[:space:]]*#' -e '^[[:space:]]*$' "$1" || true; }
+k25_sweep_count() { k25_sweep_lines "$1" | wc -l; }
+# Line $2 (0-based, the array task id) of sweep file $1.
+k25_sweep_line() { k25_sweep_lines "$1" | sed -n "$(($2 + 1))p"; }
+# Results of one sweep: DIR/<sweep name>_<array job id>.
+k25_sweep_results() {
+    local name
+    name=$(basename "$1"); name=${name%.*}
+    echo "${K25_RESULTS_ROOT:-$K25_ROOT/bench/results}/${name}_$2"
+}

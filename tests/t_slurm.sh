@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# The Slurm scripts end to end on a private single-node Slurm (tests/slurm/start.sh, which
+# installs Debian's slurmctld/slurmd/slurm-client when missing), CPU backend, 2 ranks, tiny
+# model:
+#   - every job script refuses to run outside Slurm;
+#   - decode.sbatch: the tokens equal those of the same run under plain mpirun, k25dec reports
+#     2 ranks, the log shows the node and the resolved configuration;
+#   - multinode.sbatch on one node: adds run.pp = number of nodes (1) and decodes the same tokens;
+#   - submit-sweep.sh --wait over bench/sweeps/tiny.txt: a job array plus the chained summary;
+#     every task and every concurrency level the sweep file asks for is in the merged results,
+#     each from a 2-rank run, and the table has one row per (task, level);
+#   - a sweep with a failing task: the summary is cancelled and submit-sweep.sh fails, naming
+#     the task.
+# The daemons are stopped at the end, pass or fail.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+for bin in k25dec k25bench; do
+    [ -x "$root/$bin" ] || { echo "FAIL: ./$bin not built (make first)"; exit 1; }
+done
+# A job started inside another allocation would inherit its identity.
+for v in $(compgen -e | grep '^SLURM_' || true); do unset "$v"; done
+
+tmp=$(mktemp -d /tmp/k25-t_slurm.XXXXXX)
+cleanup() {
+    "$root/tests/slurm/stop.sh" "$tmp/slurm"
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+
+fail() {
+    echo "FAIL: $*"
+    for f in "$tmp"/work/logs/*.out; do [ -f "$f" ] && { echo "--- $f"; tail -40 "$f"; }; done
+    exit 1
+}
+
+# Stable copies: other builds may replace the binaries at the repository root meanwhile.
+mkdir -p "$tmp/bin" "$tmp/work/logs"
+cp "$root/k25dec" "$root/k25bench" "$tmp/bin/"
+export K25_DEC=$tmp/bin/k25dec K25_BENCH=$tmp/bin/k25bench
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+# ---------------------------------------------------------------------------------------------
+# Outside Slurm every job script refuses to run
+# ---------------------------------------------------------------------------------------------
+for s in decode bench-sweep bench-summary multinode; do
+    if out=$(bash "scripts/slurm/$s.sbatch" 2>&1); then fail "$s.sbatch ran outside Slurm"; fi
+    grep -q "run with sbatch" <<<"$out" || fail "$s.sbatch outside Slurm said: $out"
+done
+echo "ok: the job scripts refuse to run outside Slurm"
+
+# ---------------------------------------------------------------------------------------------
+# Slurm
+# ---------------------------------------------------------------------------------------------
+tests/slurm/start.sh "$tmp/slurm"
+export SLURM_CONF=$tmp/slurm/slurm.conf
+host=$(hostname -s)
+cd "$tmp/work"   # logs/ of the jobs land here
+cpu=(--ntasks-per-node=2 --gpus-per-node=0)
+model=(--config "$root/config/tiny.ini" --synthetic 1 --backend cpu)
+
+# The reference: the same decode under plain mpirun.
+ref=$(mpirun -np 2 "$K25_DEC" "${model[@]}" -p "Hello there" -n 8 2>/dev/null)
+[[ "$ref" =~ ^[0-9]+( [0-9]+){7}$ ]] || fail "mpirun reference run printed '$ref', not 8 token ids"
+
+# ---------------------------------------------------------------------------------------------
+# decode.sbatch: model from the environment, prompt through K25_ARGS (shell quoting)
+# ---------------------------------------------------------------------------------------------
+job=$(K25_CONFIG=$root/config/tiny.ini K25_SYNTHETIC=1 K25_BACKEND=cpu K25_ARGS='-p "Hello there" -n 8' \
+    timeout 120 sbatch --parsable --wait "${cpu[@]}" "$root/scripts/slurm/decode.sbatch") \
+    || fail "decode.sbatch job failed"
+log=logs/k25-decode_${job%%;*}.out
+[ -f "$log" ] || fail "decode.sbatch wrote no $log"
+grep -Fxq "$ref" "$log" || fail "decode.sbatch: tokens differ from mpirun's '$ref'"
+grep -q "^k25dec: 2 MPI ranks" "$log" || fail "decode.sbatch: k25dec did not report 2 ranks"
+grep -q "^# nodes (1): $host" "$log" || fail "decode.sbatch: no node list"
+grep -q "^#   num_hidden_layers = 4$" "$log" || fail "decode.sbatch: no resolved configuration"
+echo "ok: decode.sbatch under srun decodes what mpirun decodes: $ref"
+
+# ---------------------------------------------------------------------------------------------
+# multinode.sbatch on the one node there is: run.pp defaults to the node count
+# ---------------------------------------------------------------------------------------------
+job=$(timeout 120 sbatch --parsable --wait --nodes=1 "${cpu[@]}" "$root/scripts/slurm/multinode.sbatch" \
+    "${model[@]}" -p "Hello there" -n 8) || fail "multinode.sbatch job failed"
+log=logs/k25-multinode_${job%%;*}.out
+grep -q "^# run: .* --set run.pp=1$" "$log" || fail "multinode.sbatch: run.pp not set to the node count"
+grep -q "^#   pp = 1$" "$log" || fail "multinode.sbatch: resolved configuration without pp = 1"
+grep -Fxq "$ref" "$log" || fail "multinode.sbatch: tokens differ from mpirun's '$ref'"
+echo "ok: multinode.sbatch adds run.pp=1 on one node and decodes the same tokens"
+
+# ---------------------------------------------------------------------------------------------
+# A sweep: job array + chained summary
+# ---------------------------------------------------------------------------------------------
+export K25_CONFIG=$root/config/tiny.ini K25_SYNTHETIC=1 K25_BACKEND=cpu K25_RESULTS_ROOT=$tmp/results
+sweep=$root/bench/sweeps/tiny.txt
+timeout 180 "$root/scripts/slurm/submit-sweep.sh" --wait "$sweep" "${cpu[@]}" > submit.out 2>&1 \
+    || { cat submit.out; fail "submit-sweep.sh $sweep failed"; }
+results=$(sed -n 's/^results: //p' submit.out)
+[ -d "$results" ] || { cat submit.out; fail "no results directory"; }
+[ -s "$results/summary.md" ] || fail "no $results/summary.md"
+# What the sweep file asks for, read here without the scripts' helpers: task i = i-th line
+# that is neither blank nor a comment; its levels = the list after --concurrency.
+python3 - "$sweep" "$results" <<'PY' || fail "merged results do not match the sweep"
+import json, re, sys
+sweep, results = sys.argv[1], sys.argv[2]
+lines = [l.strip() for l in open(sweep) if l.strip() and not l.strip().startswith("#")]
+want = {(i, int(c)) for i, l in enumerate(lines)
+        for c in re.search(r"--concurrency[ =](\S+)", l).group(1).split(",")}
+rows = [json.loads(l) for l in open(f"{results}/results.jsonl") if l.strip()]
+got = {(r["sweep_task"], r["max_concurrency"]) for r in rows}
+assert got == want, f"levels: want {sorted(want)}, got {sorted(got)}"
+assert len(rows) == len(want), f"{len(rows)} rows for {len(want)} (task, level) pairs"
+for r in rows:
+    assert r["sweep_args"] == lines[r["sweep_task"]], r["sweep_args"]
+    assert r["ranks"] == 2, f"task {r['sweep_task']} ran on {r['ranks']} ranks"
+    assert r["completed"] >= 5 * r["max_concurrency"] and r["output_throughput"] > 0, r
+table = [l for l in open(f"{results}/summary.md") if re.match(r"\| \d+ \|", l)]
+assert len(table) == len(want), f"summary.md has {len(table)} rows, want {len(want)}"
+print(f"ok: sweep {results}: {len(lines)} tasks, {len(want)} (task, level) rows")
+PY
+summary_log=$(ls logs/k25-sweep-summary_*.out)
+grep -q "^| task | settings | conc |" "$summary_log" || fail "the summary job did not print the table"
+
+# ---------------------------------------------------------------------------------------------
+# A sweep whose second task fails: no summary, and submit-sweep.sh says which task
+# ---------------------------------------------------------------------------------------------
+printf '%s\n' "--concurrency 1 --input-len 8 --output-len 4 --no-warmup --profile-steps 0" \
+    "--concurrency 1 --no-such-option" > bad.txt
+if timeout 180 "$root/scripts/slurm/submit-sweep.sh" --wait bad.txt "${cpu[@]}" > bad.out 2>&1; then
+    cat bad.out; fail "submit-sweep.sh succeeded with a failing task"
+fi
+grep -q "task 1 ended FAILED" bad.out || { cat bad.out; fail "submit-sweep.sh did not name the failed task"; }
+grep -q "summary job .* ended CANCELLED" bad.out || { cat bad.out; fail "the summary job was not cancelled"; }
+echo "ok: a failing sweep task cancels the summary and fails submit-sweep.sh"
