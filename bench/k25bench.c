@@ -27,6 +27,7 @@
 #include "engine.h"
 #include "instance.h"
 #include "op_profile.h"
+#include "pipeline.h"
 #include "serve_metrics.h"
 
 #ifdef K25_CUDA
@@ -43,6 +44,7 @@ typedef struct bench_args {
     const char *sets[MAX_SETS];
     int n_sets;
     int threads;
+    int pp;                  // pipeline stages (0: run.pp)
     int levels[MAX_LEVELS], n_levels;
     int input_len, output_len;
     double range_ratio;
@@ -68,6 +70,8 @@ static void usage(FILE *f) {
         "  --set SECTION.KEY=V     override a configuration value (repeatable)\n"
         "  --backend cpu|cuda      default: the config's run.backend\n"
         "  --threads N             CPU backend threads (default: run.threads)\n"
+        "  --pp P                  pipeline stages (default: run.pp): P stages of ranks / P\n"
+        "                          consecutive tensor-parallel ranks (layers: run.pp_layers)\n"
         "workload:\n"
         "  --concurrency LIST      levels, e.g. 1,4,16 (default 1,2,4,...,256)\n"
         "  --input-len N           prompt tokens (default 1024)\n"
@@ -141,6 +145,9 @@ static int parse_args(int argc, char **argv, bench_args *a, char *err) {
         } else if (!strcmp(f, "--threads")) {
             if (parse_int(val, 0, 4096, &v)) return k25_err(err, "--threads: bad value '%s'", val);
             a->threads = (int)v;
+        } else if (!strcmp(f, "--pp")) {
+            if (parse_int(val, 1, 4096, &v)) return k25_err(err, "--pp: bad value '%s'", val);
+            a->pp = (int)v;
         } else if (!strcmp(f, "--concurrency")) {
             a->n_levels = 0;
             char buf[512];
@@ -321,6 +328,8 @@ static void describe(run_desc *r, const bench_args *a, const k25_config *c, cons
     }
     free(all);
 
+    if (d->world_rank != 0) return; // the rest is only printed by rank 0
+
     // Devices: "8x NVIDIA H200" from nvidia-smi, else the CPU model.
     char *gpus = run_all("nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null");
     if (gpus && gpus[0]) {
@@ -395,6 +404,13 @@ static void print_desc(const run_desc *r, const bench_args *a, const k25_config 
     printf("# devices: %s\n", r->devices);
     printf("# ranks: %d (tp %d, pp %d), backend %s, nccl %s\n", r->ranks, r->tp, r->pp,
            r->backend, r->nccl);
+    if (r->pp > 1) {
+        int *first = k25_malloc(sizeof(int) * (size_t)(r->pp + 1));
+        char err[K25_ERR_LEN];
+        if (pipeline_layout(c, r->pp, first, err) == 0)
+            pipeline_print(stdout, "# pipeline ", c, r->pp, first, r->ranks);
+        free(first);
+    }
     printf("# git: %s\n", r->git);
     printf("# model: %s\n", r->model);
     printf("# weights: %s\n", r->weights);
@@ -871,6 +887,7 @@ int main(int argc, char **argv) {
     for (int i = 0; ok && i < a.n_sets; i++) ok = config_set(&cfg, a.sets[i], err) == 0;
     if (ok && a.backend) snprintf(cfg.backend, sizeof cfg.backend, "%s", a.backend);
     if (ok && a.threads) cfg.threads = a.threads;
+    if (ok && a.pp) cfg.pp = a.pp;
 
     // Every sequence of the largest level must fit: context and cache sized for it.
     int in_lo, in_hi, out_lo, out_hi, max_conc = 0;
@@ -883,8 +900,6 @@ int main(int argc, char **argv) {
         ok = k25_err(err, "input %d + output %d tokens exceed max_position_embeddings %d", in_hi,
                      out_need, cfg.max_pos) == 0;
     if (ok) ok = config_validate(&cfg, err) == 0;
-    if (ok && cfg.pp != 1) ok = k25_err(err, "run.pp = %d: pipeline stages are not implemented",
-                                        cfg.pp) == 0;
 #ifndef K25_CUDA
     if (ok && !strcmp(cfg.backend, "cuda"))
         ok = k25_err(err, "backend cuda: this binary was built without CUDA (make CUDA=1)") == 0;

@@ -114,6 +114,8 @@ def load(results_dir):
 def check(tasks, expect):
     """Messages for every missing task or level."""
     problems = []
+    if not any(rows for _, rows in tasks.values()):
+        problems.append("no results at all")
     indices = range(expect) if expect is not None else sorted(tasks)
     for i in indices:
         line, rows = tasks.get(i, ("", []))

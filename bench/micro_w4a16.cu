@@ -95,8 +95,8 @@ struct moe_ws {
 };
 
 static void ws_alloc(moe_ws &w, int T, int E, int I, int D, int num_sms) {
-    int A = T * TOPK, ma = A < E ? A : E, ns, kb;
-    size_t ints = (size_t)E * 3 + 2 + 2 * (size_t)A + 1;
+    int A = T * TOPK, ma = k25k_moe_max_items(T, TOPK, E), ns, kb;
+    size_t ints = (size_t)E * 3 + 2 + 2 * (size_t)A + 2 * (size_t)ma + 2;
     CUDA_CHECK(cudaMalloc(&w.ints, ints * sizeof(int)));
     CUDA_CHECK(cudaMemset(w.ints, 0, ints * sizeof(int)));
     int *p = w.ints;
@@ -106,6 +106,9 @@ static void ws_alloc(moe_ws &w, int T, int E, int I, int D, int num_sms) {
     w.r.n_active = p, p += 1;
     w.r.slot_token = p, p += A;
     w.r.slot_of = p, p += A;
+    w.r.item_expert = p, p += ma;
+    w.r.item_p0 = p, p += ma;
+    w.r.n_items = p, p += 1;
     w.r.err = p;
     k25k_moe_splits(2 * I, D, ma, num_sms, &ns, &kb);
     CUDA_CHECK(cudaMalloc(&w.part1, sizeof(float) * ns * (size_t)A * 2 * I));
@@ -119,14 +122,14 @@ static void ws_free(moe_ws &w) { cudaFree(w.ints), cudaFree(w.part1), cudaFree(w
 // One MoE step: idx [T][8] on the device.
 static void moe_step(const tp_setup &S, moe_ws &w, const int32_t *idx, const float *wts,
                      const float *x, int T, float *out, int num_sms, cudaStream_t s) {
-    int A = T * TOPK, ma = A < S.E ? A : S.E, ns1, kb1, ns2, kb2;
+    int A = T * TOPK, ma = k25k_moe_max_items(T, TOPK, S.E), ns1, kb1, ns2, kb2;
     k25k_moe_splits(2 * S.I, S.D, ma, num_sms, &ns1, &kb1);
     k25k_moe_splits(S.D, S.I, ma, num_sms, &ns2, &kb2);
     k25k_moe_sort(idx, T, TOPK, S.E, &w.r, s);
-    k25k_moe_w4a16_gemm(S.gu_w, S.gu_s, S.E, 2 * S.I, S.D, 1, x, S.D, w.r.slot_token, &w.r, ma, A,
-                        ns1, kb1, w.part1, s);
+    k25k_moe_w4a16_gemm(S.gu_w, S.gu_s, S.E, 2 * S.I, S.D, 1, x, S.D, w.r.slot_token, &w.r, T,
+                        TOPK, ns1, kb1, w.part1, s);
     k25k_moe_gate_up_reduce(w.part1, ns1, A, S.I, w.h, s);
-    k25k_moe_w4a16_gemm(S.dn_w, S.dn_s, S.E, S.D, S.I, 0, w.h, S.I, NULL, &w.r, ma, A, ns2, kb2,
+    k25k_moe_w4a16_gemm(S.dn_w, S.dn_s, S.E, S.D, S.I, 0, w.h, S.I, NULL, &w.r, T, TOPK, ns2, kb2,
                         w.part2, s);
     k25k_moe_combine(w.part2, ns2, A, S.D, w.r.slot_of, wts, T, TOPK, out, s);
 }

@@ -89,7 +89,6 @@ typedef struct cuda_impl {
     k25k_moe_route route;
     float *ws_part1, *ws_h, *ws_part2;
     int mla_chunks;
-    int ns1, kbs1, ns2, kbs2, max_active;
 
     // sampling
     k25_sampling *d_params;
@@ -459,7 +458,8 @@ static void ensure_workspaces(cuda_impl *c, const k25_config *cfg, int rows) {
     if (cfg->n_layers > cfg->first_dense) {
         const int A = R * top_k;
         dev_free(c, c->ws_route);
-        size_t ints = (size_t)E + (E + 1) + E + 1 + A + A + 1;
+        const int MI = k25k_moe_max_items(R, top_k, E);
+        size_t ints = (size_t)E + (E + 1) + E + 1 + A + A + 2 * (size_t)MI + 1;
         c->ws_route = (int *)dev_alloc(c, sizeof(int) * ints, "routing");
         int *p = c->ws_route;
         c->route.counts = p, p += E;
@@ -468,11 +468,14 @@ static void ensure_workspaces(cuda_impl *c, const k25_config *cfg, int rows) {
         c->route.n_active = p, p += 1;
         c->route.slot_token = p, p += A;
         c->route.slot_of = p, p += A;
+        c->route.item_expert = p, p += MI;
+        c->route.item_p0 = p, p += MI;
+        c->route.n_items = p, p += 1;
         c->route.err = c->d_err + 3;
         // split plans depend on T (chosen in moe): size for the worst over T <= R
         size_t p1 = 0, p2 = 0;
         for (int t = 1; t <= R; t++) {
-            int a = t * top_k, ma = a < E ? a : E, ns, kb;
+            int a = t * top_k, ma = k25k_moe_max_items(t, top_k, E), ns, kb;
             k25k_moe_splits(2 * I, D, ma, c->num_sms, &ns, &kb);
             if ((size_t)ns * a * 2 * I > p1) p1 = (size_t)ns * a * 2 * I;
             k25k_moe_splits(D, I, ma, c->num_sms, &ns, &kb);
@@ -653,13 +656,14 @@ static void cuda_moe(k25_backend *be, const float *x, const k25_layer *L, const 
     k25k_moe_sort(idx, T, K, E, &c->route, c->stream);
     if (m->int4) {
         int ns1, kb1, ns2, kb2;
-        k25k_moe_splits(2 * I, D, max_active, c->num_sms, &ns1, &kb1);
-        k25k_moe_splits(D, I, max_active, c->num_sms, &ns2, &kb2);
+        const int mi = k25k_moe_max_items(T, K, E);
+        k25k_moe_splits(2 * I, D, mi, c->num_sms, &ns1, &kb1);
+        k25k_moe_splits(D, I, mi, c->num_sms, &ns2, &kb2);
         k25k_moe_w4a16_gemm(m->gu_w, m->gu_s, E, 2 * I, D, 1, x, D, c->route.slot_token, &c->route,
-                            max_active, A, ns1, kb1, c->ws_part1, c->stream);
+                            T, K, ns1, kb1, c->ws_part1, c->stream);
         k25k_moe_gate_up_reduce(c->ws_part1, ns1, A, I, c->ws_h, c->stream);
-        k25k_moe_w4a16_gemm(m->dn_w, m->dn_s, E, D, I, 0, c->ws_h, I, NULL, &c->route, max_active,
-                            A, ns2, kb2, c->ws_part2, c->stream);
+        k25k_moe_w4a16_gemm(m->dn_w, m->dn_s, E, D, I, 0, c->ws_h, I, NULL, &c->route, T, K, ns2,
+                            kb2, c->ws_part2, c->stream);
         k25k_moe_combine(c->ws_part2, ns2, A, D, c->route.slot_of, wts, T, K, out, c->stream);
     } else {
         k25k_moe_bf16_gemm(m->gate, m->up, 2 * I, D, 1, x, D, c->route.slot_token, &c->route,

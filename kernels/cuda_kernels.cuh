@@ -44,7 +44,13 @@ typedef struct k25k_moe_route {
     int *slot_token; // [A]   token of each slot
     int *slot_of;    // [A]   slot of choice t*top_k + k (-1: invalid expert id)
     int *err;        // [1]   set to 1 on an invalid expert id
+    // work items of the grouped GEMM: (expert, first slot) for every K25K_MOE_PASS slots
+    int *item_expert, *item_p0; // [k25k_moe_max_items]
+    int *n_items;               // [1]
 } k25k_moe_route;
+#define K25K_MOE_PASS 32
+// Most work items a step of T rows can produce: min(E, A) + ceil(A / K25K_MOE_PASS).
+int k25k_moe_max_items(int T, int top_k, int E);
 
 void k25k_moe_sort(const int32_t *idx, int T, int top_k, int E, const k25k_moe_route *r,
                     cudaStream_t s);
@@ -54,13 +60,13 @@ void k25k_moe_sort(const int32_t *idx, int T, int top_k, int E, const k25k_moe_r
 void k25k_w4_repack(const uint32_t *wa, const uint32_t *wb, const uint16_t *sa,
                     const uint16_t *sb, int N, int K, int group, int gate_up, uint32_t *dst_w,
                     uint16_t *dst_s, cudaStream_t s);
-// Split-K plan of the grouped GEMM for N x K experts and at most max_active of them.
-void k25k_moe_splits(int N, int K, int max_active, int num_sms, int *n_splits,
+// Split-K plan of the grouped GEMM for N x K experts and at most max_items work items.
+void k25k_moe_splits(int N, int K, int max_items, int num_sms, int *n_splits,
                      int *kb_per_split);
 // part[n_splits][A][N] = per-slot partial products (tiled INT4 weights of all E experts).
 void k25k_moe_w4a16_gemm(const uint32_t *Wt, const uint16_t *St, int E, int N, int K,
                          int gate_up, const float *X, int x_ld, const int *row_index,
-                         const k25k_moe_route *r, int max_active, int A, int n_splits,
+                         const k25k_moe_route *r, int T, int top_k, int n_splits,
                          int kb_per_split, float *part, cudaStream_t s);
 // Same for bf16 experts (device arrays of per-expert row-major [rows][K] pointers); one split.
 void k25k_moe_bf16_gemm(const uint16_t *const *Wa, const uint16_t *const *Wb, int N, int K,

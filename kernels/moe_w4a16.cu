@@ -63,9 +63,9 @@ __global__ void __launch_bounds__(1024) moe_route_kernel(const int32_t *__restri
     extern __shared__ int sm[];
     int *cnt = sm, *fill = sm + E;
     __shared__ int tot[32];
-    __shared__ int run_slots, run_active;
+    __shared__ int run_slots, run_active, run_items;
     for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
-    if (threadIdx.x == 0) run_slots = run_active = 0;
+    if (threadIdx.x == 0) run_slots = run_active = run_items = 0;
     __syncthreads();
     for (int a = threadIdx.x; a < A; a += blockDim.x) {
         int e = idx[a];
@@ -77,27 +77,34 @@ __global__ void __launch_bounds__(1024) moe_route_kernel(const int32_t *__restri
     __syncthreads();
     for (int base = 0; base < E; base += blockDim.x) {
         int e = base + threadIdx.x;
-        int v = e < E ? cnt[e] : 0, f = v > 0;
-        int total_v, total_f;
+        int v = e < E ? cnt[e] : 0, f = v > 0, np = (v + K25K_MOE_PASS - 1) / K25K_MOE_PASS;
+        int total_v, total_f, total_p;
         int iv = block_incl_scan(v, tot, &total_v);
         int iff = block_incl_scan(f, tot, &total_f);
+        int ip = block_incl_scan(np, tot, &total_p);
         if (e < E) {
             int off = run_slots + iv - v;
             r.offsets[e] = off;
             r.counts[e] = v;
             fill[e] = off;
             if (f) r.active[run_active + iff - 1] = e;
+            for (int p = 0, it = run_items + ip - np; p < np; p++, it++) {
+                r.item_expert[it] = e;
+                r.item_p0[it] = p * K25K_MOE_PASS;
+            }
         }
         __syncthreads();
         if (threadIdx.x == 0) {
             run_slots += total_v;
             run_active += total_f;
+            run_items += total_p;
         }
         __syncthreads();
     }
     if (threadIdx.x == 0) {
         r.offsets[E] = run_slots;
         *r.n_active = run_active;
+        *r.n_items = run_items;
     }
     __syncthreads();
     for (int a = threadIdx.x; a < A; a += blockDim.x) {
@@ -208,8 +215,7 @@ void k25k_w4_repack(const uint32_t *wa, const uint32_t *wb, const uint16_t *sa,
 // ------------------------------------------------------------------------------------------
 
 #define W4_NW 4          // warps per block, one 32-row tile each
-#define W4_MP 32         // tokens per pass (4 MMA n-tiles)
-#define W4_NTT (W4_MP / 8)
+#define W4_MP K25K_MOE_PASS // tokens per work item (at most 4 MMA n-tiles)
 #define W4_KCB 16        // k-blocks (of 32) staged in shared memory at a time
 #define W4_XS (W4_KCB * 16 + 4) // words per staged row: bf16 pairs + 16 bytes of padding
 #define W4_PF 8          // weight loads in flight per lane
@@ -240,22 +246,25 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
     return (uint32_t)k25_f2bf(lo) | ((uint32_t)k25_f2bf(hi) << 16);
 }
 
-// Grid: x = row-blocks (W4_NW tiles each) x n_splits, y = max possible active experts (blocks
-// past the device-side count exit at once). Each block streams its tiles' weights over its K
-// range once per pass of up to W4_MP tokens of its expert.
+// Grid: x = row-blocks (W4_NW tiles each) x n_splits, y = the most work items a step can have
+// (an item: one expert and up to W4_MP of its slots; blocks past the device-side count exit at
+// once). Each block streams its tiles' weights over its K range once.
 //   X: activation rows [*][x_ld] f32; row of slot j is row_index[j] (gate_up: the slot's token)
 //      or j itself (down: the slot's intermediate row).
-//   part: [n_splits][A][N_out] f32, N_out = N (gate_up: gate at [0, I), up at [I, 2I)).
+//   part: [n_splits][A][N] f32 (gate_up: gate at [0, I), up at [I, 2I)).
+// NTT: MMA n-tiles of 8 tokens kept in registers (1 when no expert can have more than 8 slots).
+template <int NTT>
 __global__ void __launch_bounds__(W4_NW * 32) w4a16_grouped_kernel(
     const uint4 *__restrict__ Wt, const uint2 *__restrict__ St, size_t w_stride, size_t s_stride,
     int N, int K, int gate_up, const float *__restrict__ X, int x_ld,
     const int *__restrict__ row_index, k25k_moe_route r, int n_splits, int kb_per_split,
     float *__restrict__ part, int A) {
-    __shared__ uint32_t xs[W4_MP * W4_XS];
-    const int i = blockIdx.y;
-    if (i >= *r.n_active) return;
-    const int e = r.active[i];
+    __shared__ uint32_t xs[NTT * 8 * W4_XS];
+    const int item = blockIdx.y;
+    if (item >= *r.n_items) return;
+    const int e = r.item_expert[item], p0 = r.item_p0[item];
     const int M = r.counts[e], m0 = r.offsets[e];
+    const int mp = min(NTT * 8, M - p0);
     const int NT = N / 32, KB = K / 32;
     const int rb = blockIdx.x / n_splits, ks = blockIdx.x % n_splits;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
@@ -266,73 +275,73 @@ __global__ void __launch_bounds__(W4_NW * 32) w4a16_grouped_kernel(
     const uint2 *st = St + (size_t)e * s_stride + (size_t)nt * KB * 8 + g;
     const int I = N / 2;
 
-    for (int p0 = 0; p0 < M; p0 += W4_MP) {
-        const int mp = min(W4_MP, M - p0);
-        float acc[W4_NTT][2][4];
+    float acc[NTT][2][4];
 #pragma unroll
-        for (int j = 0; j < W4_NTT; j++)
+    for (int j = 0; j < NTT; j++)
 #pragma unroll
-            for (int s2 = 0; s2 < 2; s2++)
+        for (int s2 = 0; s2 < 2; s2++)
 #pragma unroll
-                for (int q = 0; q < 4; q++) acc[j][s2][q] = 0.0f;
+            for (int q = 0; q < 4; q++) acc[j][s2][q] = 0.0f;
 
-        for (int kc0 = kb0; kc0 < kb1; kc0 += W4_KCB) {
-            const int nk = min(kb1 - kc0, W4_KCB);
-            const int pairs = nk * 16;
-            __syncthreads(); // the previous chunk's readers are done with xs
-            for (int id = threadIdx.x; id < mp * pairs; id += blockDim.x) {
-                int m = id / pairs, cp = id - m * pairs;
-                int slot = m0 + p0 + m;
-                int row = row_index ? row_index[slot] : slot;
-                float2 v = *reinterpret_cast<const float2 *>(X + (size_t)row * x_ld +
-                                                             (size_t)kc0 * 32 + 2 * cp);
-                xs[m * W4_XS + cp] = pack_bf16x2(v.x, v.y);
-            }
-            __syncthreads();
-            if (nt < NT) {
-                uint4 wbuf[W4_PF];
-                uint2 sbuf[W4_PF];
+    for (int kc0 = kb0; kc0 < kb1; kc0 += W4_KCB) {
+        const int nk = min(kb1 - kc0, W4_KCB);
+        const int pairs = nk * 16;
+        // the first weight loads go out before the activations are staged (independent)
+        uint4 wbuf[W4_PF];
+        uint2 sbuf[W4_PF];
+        if (nt < NT) {
 #pragma unroll
-                for (int u = 0; u < W4_PF; u++)
-                    if (u < nk) {
-                        wbuf[u] = __ldcs(wt + (size_t)(kc0 + u) * 32);
-                        sbuf[u] = __ldcs(st + (size_t)(kc0 + u) * 8);
-                    }
-                for (int kb = 0; kb < nk; kb += W4_PF) {
+            for (int u = 0; u < W4_PF; u++)
+                if (u < nk) {
+                    wbuf[u] = __ldcs(wt + (size_t)(kc0 + u) * 32);
+                    sbuf[u] = __ldcs(st + (size_t)(kc0 + u) * 8);
+                }
+        }
+        __syncthreads(); // the previous chunk's readers are done with xs
+        for (int id = threadIdx.x; id < mp * pairs; id += blockDim.x) {
+            int m = id / pairs, cp = id - m * pairs;
+            int slot = m0 + p0 + m;
+            int row = row_index ? row_index[slot] : slot;
+            float2 v = *reinterpret_cast<const float2 *>(X + (size_t)row * x_ld +
+                                                         (size_t)kc0 * 32 + 2 * cp);
+            xs[m * W4_XS + cp] = pack_bf16x2(v.x, v.y);
+        }
+        __syncthreads();
+        if (nt < NT) {
+            for (int kb = 0; kb < nk; kb += W4_PF) {
 #pragma unroll
-                    for (int u = 0; u < W4_PF; u++) {
-                        if (kb + u < nk) {
-                            const uint4 w = wbuf[u];
-                            const uint2 sc = sbuf[u];
-                            if (kb + u + W4_PF < nk) {
-                                wbuf[u] = __ldcs(wt + (size_t)(kc0 + kb + u + W4_PF) * 32);
-                                sbuf[u] = __ldcs(st + (size_t)(kc0 + kb + u + W4_PF) * 8);
-                            }
-                            uint32_t a[2][2][4];
-                            dequant_word(w.x, a[0][0]);
-                            dequant_word(w.y, a[0][1]);
-                            dequant_word(w.z, a[1][0]);
-                            dequant_word(w.w, a[1][1]);
-                            const float sv[4] = {k25_bf16_lo(sc.x), k25_bf16_hi(sc.x),
-                                                 k25_bf16_lo(sc.y), k25_bf16_hi(sc.y)};
-                            const int pl = (kb + u) * 16; // pair offset of this k-block in xs
+                for (int u = 0; u < W4_PF; u++) {
+                    if (kb + u < nk) {
+                        const uint4 w = wbuf[u];
+                        const uint2 sc = sbuf[u];
+                        if (kb + u + W4_PF < nk) {
+                            wbuf[u] = __ldcs(wt + (size_t)(kc0 + kb + u + W4_PF) * 32);
+                            sbuf[u] = __ldcs(st + (size_t)(kc0 + kb + u + W4_PF) * 8);
+                        }
+                        uint32_t a[2][2][4];
+                        dequant_word(w.x, a[0][0]);
+                        dequant_word(w.y, a[0][1]);
+                        dequant_word(w.z, a[1][0]);
+                        dequant_word(w.w, a[1][1]);
+                        const float sv[4] = {k25_bf16_lo(sc.x), k25_bf16_hi(sc.x),
+                                             k25_bf16_lo(sc.y), k25_bf16_hi(sc.y)};
+                        const int pl = (kb + u) * 16; // pair offset of this k-block in xs
 #pragma unroll
-                            for (int j = 0; j < W4_NTT; j++) {
-                                if (j * 8 < mp) {
-                                    const uint32_t *xr = xs + (j * 8 + g) * W4_XS + pl + c;
-                                    const uint32_t b00 = xr[0], b01 = xr[4];
-                                    const uint32_t b10 = xr[8], b11 = xr[12];
+                        for (int j = 0; j < NTT; j++) {
+                            if (j * 8 < mp) {
+                                const uint32_t *xr = xs + (j * 8 + g) * W4_XS + pl + c;
+                                const uint32_t b00 = xr[0], b01 = xr[4];
+                                const uint32_t b10 = xr[8], b11 = xr[12];
 #pragma unroll
-                                    for (int s2 = 0; s2 < 2; s2++) {
-                                        const float z[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                                        float tmp[4];
-                                        mma_bf16_16816(tmp, a[s2][0], b00, b01, z);
-                                        mma_bf16_16816(tmp, a[s2][1], b10, b11, tmp);
-                                        acc[j][s2][0] += tmp[0] * sv[2 * s2];
-                                        acc[j][s2][1] += tmp[1] * sv[2 * s2];
-                                        acc[j][s2][2] += tmp[2] * sv[2 * s2 + 1];
-                                        acc[j][s2][3] += tmp[3] * sv[2 * s2 + 1];
-                                    }
+                                for (int s2 = 0; s2 < 2; s2++) {
+                                    const float z[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                                    float tmp[4];
+                                    mma_bf16_16816(tmp, a[s2][0], b00, b01, z);
+                                    mma_bf16_16816(tmp, a[s2][1], b10, b11, tmp);
+                                    acc[j][s2][0] += tmp[0] * sv[2 * s2];
+                                    acc[j][s2][1] += tmp[1] * sv[2 * s2];
+                                    acc[j][s2][2] += tmp[2] * sv[2 * s2 + 1];
+                                    acc[j][s2][3] += tmp[3] * sv[2 * s2 + 1];
                                 }
                             }
                         }
@@ -340,21 +349,21 @@ __global__ void __launch_bounds__(W4_NW * 32) w4a16_grouped_kernel(
                 }
             }
         }
-        if (nt < NT) {
+    }
+    if (nt < NT) {
 #pragma unroll
-            for (int j = 0; j < W4_NTT; j++)
+        for (int j = 0; j < NTT; j++)
 #pragma unroll
-                for (int s2 = 0; s2 < 2; s2++)
+            for (int s2 = 0; s2 < 2; s2++)
 #pragma unroll
-                    for (int q = 0; q < 4; q++) {
-                        int tok = j * 8 + 2 * c + (q & 1);
-                        if (tok >= mp) continue;
-                        int rl = g + (q >= 2 ? 8 : 0); // row within the 16-row half
-                        int n = gate_up ? (s2 == 0 ? nt * 16 + rl : I + nt * 16 + rl)
-                                        : nt * 32 + s2 * 16 + rl;
-                        part[((size_t)ks * A + m0 + p0 + tok) * N + n] = acc[j][s2][q];
-                    }
-        }
+                for (int q = 0; q < 4; q++) {
+                    int tok = j * 8 + 2 * c + (q & 1);
+                    if (tok >= mp) continue;
+                    int rl = g + (q >= 2 ? 8 : 0); // row within the 16-row half
+                    int n = gate_up ? (s2 == 0 ? nt * 16 + rl : I + nt * 16 + rl)
+                                    : nt * 32 + s2 * 16 + rl;
+                    part[((size_t)ks * A + m0 + p0 + tok) * N + n] = acc[j][s2][q];
+                }
     }
 }
 
@@ -372,19 +381,36 @@ void k25k_moe_splits(int N, int K, int max_active, int num_sms, int *n_splits,
     *n_splits = (int)k25_cdiv(KB, per); // no empty split: every split writes its partials
 }
 
+int k25k_moe_max_items(int T, int top_k, int E) {
+    int A = T * top_k;
+    return (A < E ? A : E) + (int)k25_cdiv(A, K25K_MOE_PASS);
+}
+
 void k25k_moe_w4a16_gemm(const uint32_t *Wt, const uint16_t *St, int E, int N, int K,
                          int gate_up, const float *X, int x_ld, const int *row_index,
-                         const k25k_moe_route *r, int max_active, int A, int n_splits,
+                         const k25k_moe_route *r, int T, int top_k, int n_splits,
                          int kb_per_split, float *part, cudaStream_t s) {
-    (void)E;
-    if (A <= 0 || max_active <= 0) return;
+    const int A = T * top_k;
+    if (A <= 0) return;
     size_t w_stride = (size_t)(N / 32) * (K / 32) * 32; // uint4 per expert
     size_t s_stride = (size_t)(N / 32) * (K / 32) * 8;  // uint2 per expert
     int rbs = (int)k25_cdiv(N / 32, W4_NW);
-    dim3 grid((unsigned)(rbs * n_splits), (unsigned)max_active);
-    w4a16_grouped_kernel<<<grid, W4_NW * 32, 0, s>>>(
-        reinterpret_cast<const uint4 *>(Wt), reinterpret_cast<const uint2 *>(St), w_stride,
-        s_stride, N, K, gate_up, X, x_ld, row_index, *r, n_splits, kb_per_split, part, A);
+    dim3 grid((unsigned)(rbs * n_splits), (unsigned)k25k_moe_max_items(T, top_k, E));
+    const uint4 *w4 = reinterpret_cast<const uint4 *>(Wt);
+    const uint2 *s2 = reinterpret_cast<const uint2 *>(St);
+    // an expert holds at most T slots (a token chooses an expert once)
+    if (T <= 8)
+        w4a16_grouped_kernel<1><<<grid, W4_NW * 32, 0, s>>>(w4, s2, w_stride, s_stride, N, K,
+                                                            gate_up, X, x_ld, row_index, *r,
+                                                            n_splits, kb_per_split, part, A);
+    else if (T <= 16)
+        w4a16_grouped_kernel<2><<<grid, W4_NW * 32, 0, s>>>(w4, s2, w_stride, s_stride, N, K,
+                                                            gate_up, X, x_ld, row_index, *r,
+                                                            n_splits, kb_per_split, part, A);
+    else
+        w4a16_grouped_kernel<4><<<grid, W4_NW * 32, 0, s>>>(w4, s2, w_stride, s_stride, N, K,
+                                                            gate_up, X, x_ld, row_index, *r,
+                                                            n_splits, kb_per_split, part, A);
     K25_LAUNCH_CHECK(s, "w4a16_grouped");
 }
 

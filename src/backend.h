@@ -106,6 +106,13 @@ struct k25_backend {
     // Full logits of row t on host (all ranks gather; out[V] on every rank), for dumps/tests.
     void (*gather_logits)(k25_backend *be, const float *logits, int V_local, int t,
                           float *out);
+
+    // ---- pipeline hand-off (optional) ----
+    // x[n] of backend memory to / from the rank of pipeline stage `stage` (a rank of dist->pp)
+    // with the same TP rank; blocking: x may be reused when the call returns. NULL: model.c
+    // copies through host memory (to_host / to_device) and MPI on dist->pp.
+    void (*pp_send)(k25_backend *be, const float *x, size_t n, int stage);
+    void (*pp_recv)(k25_backend *be, float *x, size_t n, int stage);
 };
 
 #ifdef __cplusplus

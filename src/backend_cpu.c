@@ -10,6 +10,7 @@
 
 #include "backend.h"
 #include "int4.h"
+#include "pipeline.h"
 #include "sampler.h"
 
 // ------------------------------------------------------------------------------------------
@@ -569,6 +570,15 @@ static void cpu_gather_logits(k25_backend *be, const float *logits, int V_local,
     MPI_CHECK(MPI_Allgather(row, V_local, MPI_FLOAT, out, V_local, MPI_FLOAT, be->dist->tp));
 }
 
+// Activations are host memory: MPI sends them as they are.
+static void cpu_pp_send(k25_backend *be, const float *x, size_t n, int stage) {
+    pipeline_send_host(be->dist, x, n, stage);
+}
+
+static void cpu_pp_recv(k25_backend *be, float *x, size_t n, int stage) {
+    pipeline_recv_host(be->dist, x, n, stage);
+}
+
 // ------------------------------------------------------------------------------------------
 // Construction
 // ------------------------------------------------------------------------------------------
@@ -628,5 +638,7 @@ k25_backend *backend_cpu_create(const k25_config *cfg, const k25_dist *dist, int
     be->sample = cpu_sample;
     be->run_graph = cpu_run_graph;
     be->gather_logits = cpu_gather_logits;
+    be->pp_send = cpu_pp_send;
+    be->pp_recv = cpu_pp_recv;
     return be;
 }

@@ -103,10 +103,17 @@ void cli_usage(FILE *f) {
         "                        at most the 1024 most likely tokens\n"
         "  --seed S              sampling seed (default 0)\n"
         "  -c, --ctx-size N      context size in tokens (default: run.ctx_size)\n"
+        "  --spec-draft SRC      speculative decoding with draft SRC: ngram[:N] (prompt\n"
+        "                        lookup), model:DIR or model:FILE.ini[@SEED] (a smaller model\n"
+        "                        of the same family), eagle3:DIR (EAGLE-3 MLA head)\n"
+        "  --spec-k K            tokens drafted per step (default 3)\n"
         "\n"
         "Execution:\n"
         "  --backend cpu|cuda    compute backend (default: run.backend)\n"
         "  --threads N           CPU threads per rank (default 0 = cores / ranks on the node)\n"
+        "  --pp P                pipeline stages (default: run.pp = 1): the ranks form P stages\n"
+        "                        of tp = ranks / P consecutive ranks, each stage holding its\n"
+        "                        share of the layers (run.pp_layers, e.g. 16,15,15,15)\n"
         "\n"
         "Tokenizer tools (no model, no mpirun needed; --tokenizer FILE or the byte fallback):\n"
         "  --tokenize            UTF-8 text on stdin -> token ids on stdout\n"
@@ -190,8 +197,9 @@ static int parse_tokens(const char *s, int32_t **out, int *n, char *err) {
 
 typedef enum {
     F_MODEL, F_CONFIG, F_SYNTH, F_SET, F_VERIFY, F_DUMP_CONFIG, F_PROMPT, F_TOKENS, F_N,
-    F_TEMP, F_TOPK, F_TOPP, F_SEED, F_CTX, F_BACKEND, F_THREADS, F_PRINT_IDS, F_DUMP_LOGITS,
-    F_CHECK_FINITE, F_VERBOSE, F_HELP, F_TOKENIZER, F_TOK_PATTERN, F_TOKENIZE, F_DETOKENIZE
+    F_TEMP, F_TOPK, F_TOPP, F_SEED, F_CTX, F_BACKEND, F_THREADS, F_PP, F_PRINT_IDS, F_DUMP_LOGITS,
+    F_CHECK_FINITE, F_VERBOSE, F_HELP, F_TOKENIZER, F_TOK_PATTERN, F_TOKENIZE, F_DETOKENIZE,
+    F_SPEC_DRAFT, F_SPEC_K
 } flag_id;
 
 typedef struct flag_def {
@@ -209,11 +217,13 @@ static const flag_def flags[] = {
     {NULL, "--top-k", F_TOPK, 1},           {NULL, "--top-p", F_TOPP, 1},
     {NULL, "--seed", F_SEED, 1},            {"-c", "--ctx-size", F_CTX, 1},
     {NULL, "--backend", F_BACKEND, 1},      {NULL, "--threads", F_THREADS, 1},
+    {NULL, "--pp", F_PP, 1},
     {NULL, "--print-ids", F_PRINT_IDS, 0},  {NULL, "--dump-logits", F_DUMP_LOGITS, 1},
     {NULL, "--check-finite", F_CHECK_FINITE, 0}, {"-v", "--verbose", F_VERBOSE, 0},
     {"-h", "--help", F_HELP, 0},            {NULL, "--tokenizer", F_TOKENIZER, 1},
     {NULL, "--tokenizer-pattern", F_TOK_PATTERN, 1}, {NULL, "--tokenize", F_TOKENIZE, 0},
     {NULL, "--detokenize", F_DETOKENIZE, 0},
+    {NULL, "--spec-draft", F_SPEC_DRAFT, 1}, {NULL, "--spec-k", F_SPEC_K, 1},
 };
 
 static const flag_def *find_flag(const char *arg, const char **inline_value) {
@@ -234,6 +244,7 @@ static const flag_def *find_flag(const char *arg, const char **inline_value) {
 int cli_parse(int argc, char **argv, k25_cli *o, char *err) {
     memset(o, 0, sizeof *o);
     o->synth_seed = 1;
+    o->spec_k = 3;
     int rc = 0;
     for (int i = 1; i < argc && rc == 0; i++) {
         const char *arg = argv[i], *val = NULL;
@@ -288,6 +299,7 @@ int cli_parse(int argc, char **argv, k25_cli *o, char *err) {
         case F_SEED: rc = parse_int(name, val, 0, INT_MAX, &o->seed, err); o->has_seed = 1; break;
         case F_CTX: rc = parse_int(name, val, 1, INT_MAX, &o->ctx_size, err); o->has_ctx_size = 1; break;
         case F_THREADS: rc = parse_int(name, val, 0, 4096, &o->threads, err); o->has_threads = 1; break;
+        case F_PP: rc = parse_int(name, val, 1, 4096, &o->pp, err); o->has_pp = 1; break;
         case F_BACKEND:
             if (strcmp(val, "cpu") && strcmp(val, "cuda"))
                 rc = k25_err(err, "--backend: \"%s\" is not cpu or cuda", val);
@@ -302,6 +314,8 @@ int cli_parse(int argc, char **argv, k25_cli *o, char *err) {
         case F_TOK_PATTERN: o->tokenizer_pattern = val; break;
         case F_TOKENIZE: o->tokenize = 1; break;
         case F_DETOKENIZE: o->detokenize = 1; break;
+        case F_SPEC_DRAFT: o->spec_draft = val; break;
+        case F_SPEC_K: rc = parse_int(name, val, 1, 16, &o->spec_k, err); o->has_spec_k = 1; break;
         }
     }
     if (rc == 0 && !o->help && (o->tokenize || o->detokenize)) {
@@ -317,6 +331,8 @@ int cli_parse(int argc, char **argv, k25_cli *o, char *err) {
             rc = k25_err(err, "-p/--prompt and --tokens exclude each other");
         else if (!o->prompt && !o->tokens && !o->dump_config)
             rc = k25_err(err, "no prompt: give -p TEXT or --tokens IDS");
+        else if (o->has_spec_k && !o->spec_draft)
+            rc = k25_err(err, "--spec-k needs --spec-draft");
     }
     if (!o->model_dir) o->synthetic = 1; // the built-in model or --config: generated weights
     if (rc) cli_free(o);
@@ -353,6 +369,7 @@ int cli_load_config(const k25_cli *o, k25_config *cfg, char *err) {
     if (o->has_seed) cfg->seed = o->seed;
     if (o->has_ctx_size) cfg->ctx_size = o->ctx_size;
     if (o->has_threads) cfg->threads = o->threads;
+    if (o->has_pp) cfg->pp = o->pp;
     if (o->backend) snprintf(cfg->backend, sizeof cfg->backend, "%s", o->backend);
     return config_validate(cfg, err);
 }

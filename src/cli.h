@@ -37,6 +37,7 @@ typedef struct k25_cli {
     int seed; int has_seed;
     int ctx_size; int has_ctx_size;
     int threads; int has_threads;
+    int pp; int has_pp;           // --pp P: pipeline stages (run.pp)
     const char *backend;          // NULL: the config's run.backend
 
     // output and diagnostics
@@ -46,6 +47,10 @@ typedef struct k25_cli {
     int check_finite;
     int verbose;
     int help;
+
+    // speculative decoding (spec.h)
+    const char *spec_draft;       // --spec-draft SRC or NULL
+    int spec_k, has_spec_k;       // --spec-k K (default 3)
 } k25_cli;
 
 #ifdef __cplusplus

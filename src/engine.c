@@ -4,6 +4,8 @@
 
 #include <string.h>
 
+#include "spec.h"
+
 // A request's private state next to its public record.
 typedef struct req_state {
     k25_seq_record rec;
@@ -37,6 +39,13 @@ struct k25_engine {
     void *token_ctx;
     k25_step_info last;
     long steps;
+
+    // Speculative decoding (spec.h; NULL: off). The decoding sequences of a step in run order;
+    // each one's rows (its last token, then its drafts) are consecutive sample entries.
+    k25_spec *spec;
+    k25_spec_seq *sseq;                   // [max_batch]
+    int32_t *sseq_entry;                  // [max_batch] its first sample entry
+    k25_spec_obs *sobs;                   // [max_batch]
 };
 
 // ------------------------------------------------------------------------------------------
@@ -55,7 +64,7 @@ void engine_opts_from_config(const k25_config *cfg, k25_engine_opts *o) {
 
 void engine_model_opts(const k25_engine_opts *o, k25_model_opts *mo) {
     memset(mo, 0, sizeof *mo);
-    mo->max_seqs = o->max_batch;
+    mo->max_seqs = o->max_seqs > o->max_batch ? o->max_seqs : o->max_batch;
     mo->max_rows = o->max_rows;
     mo->kv_block = o->kv_block;
     mo->n_blocks = o->n_blocks;
@@ -69,6 +78,10 @@ k25_engine *engine_create(k25_model *m, const k25_config *cfg, const k25_engine_
                           char *err) {
     if (o->max_batch < 1 || o->max_batch > 256) {
         k25_err(err, "engine: max_batch %d outside 1..256", o->max_batch);
+        return NULL;
+    }
+    if (o->max_seqs != 0 && o->max_seqs < o->max_batch) {
+        k25_err(err, "engine: max_seqs %d below max_batch %d", o->max_seqs, o->max_batch);
         return NULL;
     }
     if (o->prefill_chunk < 1) {
@@ -98,7 +111,8 @@ k25_engine *engine_create(k25_model *m, const k25_config *cfg, const k25_engine_
     e->o = *o;
     e->o.n_blocks = n_blocks;
     int mbps = (o->ctx_size + o->kv_block - 1) / o->kv_block;
-    if (kvcache_init(&e->kv, n_blocks, o->kv_block, o->max_batch, mbps, err) != 0) {
+    int table_rows = o->max_seqs > 0 ? o->max_seqs : o->max_batch;
+    if (kvcache_init(&e->kv, n_blocks, o->kv_block, table_rows, mbps, err) != 0) {
         free(e);
         return NULL;
     }
@@ -134,6 +148,10 @@ void engine_free(k25_engine *e) {
     free(e->sample_req);
     free(e->params);
     free(e->out);
+    if (e->spec) spec_detach(e->spec);
+    free(e->sseq);
+    free(e->sseq_entry);
+    free(e->sobs);
     free(e);
 }
 
@@ -247,12 +265,105 @@ static void finish(k25_engine *e, req_state *s, k25_finish why, double now) {
     s->rec.finish = why;
     s->rec.t_done = now;
     s->rec.done_step = e->steps;
+    if (e->spec) spec_release(e->spec, s->slot);
     kvcache_close(&e->kv, s->slot);
     e->slot_busy[s->slot] = 0;
     s->slot = -1;
     free(s->prompt);
     s->prompt = NULL;
 }
+
+// A sampled token goes to its request: recorded, then EOS / length end it.
+static void hand_out(k25_engine *e, req_state *s, int32_t tok, double now) {
+    K25_CHECK(tok >= 0 && tok < e->cfg->vocab, "engine: model sampled token %d for request "
+              "%d, outside the vocabulary", tok, s->rec.id);
+    s->rec.tokens[s->rec.n_tokens] = tok;
+    s->rec.t_token[s->rec.n_tokens] = now;
+    s->rec.n_tokens++;
+    if (!s->ignore_eos && config_is_eos(e->cfg, tok))
+        finish(e, s, K25_FINISH_EOS, now);
+    else if (s->rec.n_tokens == s->rec.max_new)
+        finish(e, s, K25_FINISH_LENGTH, now);
+    if (e->token_fn) e->token_fn(e->token_ctx, &s->rec, tok);
+}
+
+// ------------------------------------------------------------------------------------------
+// Speculative decoding (spec.h): drafts before the step, verification and the draft's view of
+// the step's rows after it
+// ------------------------------------------------------------------------------------------
+
+void engine_set_spec(k25_engine *e, k25_spec *sp) {
+    if (e->spec) spec_detach(e->spec);
+    e->spec = sp;
+    if (!sp) return;
+    if (!e->sseq) {
+        e->sseq = k25_calloc(e->o.max_batch, sizeof *e->sseq);
+        e->sseq_entry = k25_calloc(e->o.max_batch, sizeof(int32_t));
+        e->sobs = k25_calloc(e->o.max_batch, sizeof *e->sobs);
+    }
+    spec_attach(sp);
+}
+
+// Drafts for every decoding sequence, in run order. Each running sequence keeps one row of
+// max_rows, so the drafts never crowd out a prefill. Returns how many sequences.
+static int spec_draft_step(k25_engine *e) {
+    int n = 0, budget = e->o.max_rows - e->n_run;
+    for (int i = 0; i < e->n_run; i++) {
+        req_state *s = e->req[e->run[i]];
+        if (s->n_fed < s->rec.n_prompt || s->rec.n_tokens == 0) continue;
+        // Verification emits up to k + 1 tokens: at most max_new in all.
+        int k = s->rec.max_new - s->rec.n_tokens - 1;
+        if (k > budget) k = budget;
+        if (k < 0) k = 0;
+        budget -= k;
+        e->sseq[n++] = (k25_spec_seq){
+            .slot = s->slot, .id = s->rec.id, .prompt = s->prompt, .n_prompt = s->rec.n_prompt,
+            .gen = s->rec.tokens, .n_gen = s->rec.n_tokens, .max_draft = k,
+            .sampling = s->sampling};
+    }
+    spec_propose(e->spec, e->sseq, n);
+    return n;
+}
+
+// Verification of decoding sequence i: its tokens, then the cache cut back to what was
+// accepted.
+static void spec_hand_out(k25_engine *e, int i, const float *logits, double now) {
+    const k25_spec_seq *q = &e->sseq[i];
+    int j = e->sseq_entry[i];
+    req_state *s = e->req[e->sample_req[j]];
+    int32_t emit[K25_SPEC_MAX_K + 1];
+    int n = spec_verify(e->spec, q, e->out + j,
+                        logits ? logits + (size_t)j * e->cfg->vocab : NULL, emit);
+    int pos = s->rec.n_prompt + s->rec.n_tokens - 1;
+    for (int t = 0; t < n && s->slot >= 0; t++) hand_out(e, s, emit[t], now);
+    // Rows past the accepted drafts hold rejected positions: overwritten later.
+    if (s->slot >= 0) kvcache_truncate(&e->kv, s->slot, pos + n);
+}
+
+// Each still-running sequence's rows of the step, for drafts that read the target's hidden
+// states (EAGLE-3). A sequence's rows are consecutive.
+static void spec_observe_step(k25_engine *e, int T) {
+    int n = 0;
+    for (int r = 0; r < T;) {
+        int r1 = r;
+        while (r1 < T && e->seq[r1] == e->seq[r]) r1++;
+        for (int i = 0; i < e->n_run; i++) {
+            req_state *s = e->req[e->run[i]];
+            if (s->slot != e->seq[r]) continue;
+            e->sobs[n++] = (k25_spec_obs){
+                .slot = s->slot, .row0 = r, .pos0 = e->pos[r], .n_rows = r1 - r,
+                .prompt = s->prompt, .n_prompt = s->rec.n_prompt, .gen = s->rec.tokens,
+                .n_gen = s->rec.n_tokens};
+            break;
+        }
+        r = r1;
+    }
+    spec_observe(e->spec, e->sobs, n);
+}
+
+// ------------------------------------------------------------------------------------------
+// The step (continued)
+// ------------------------------------------------------------------------------------------
 
 int engine_step(k25_engine *e) {
     double t_start = k25_now_ms();
@@ -264,15 +375,27 @@ int engine_step(k25_engine *e) {
     if (e->o.prefill_first)
         for (int i = 0; i < e->n_run; i++)
             if (e->req[e->run[i]]->n_fed < e->req[e->run[i]]->rec.n_prompt) hold = 1;
+    // With speculative decoding the drafts follow, each a sampled row too (RNG counter: the
+    // index of the token it decides).
+    int n_spec = e->spec && !hold ? spec_draft_step(e) : 0, si = 0;
     for (int i = 0; i < e->n_run && !hold; i++) {
         req_state *s = e->req[e->run[i]];
         if (s->n_fed < s->rec.n_prompt || s->rec.n_tokens == 0) continue;
         int pos = s->rec.n_prompt + s->rec.n_tokens - 1;
-        grow(e, s, pos + 1);
+        const k25_spec_seq *q = n_spec ? &e->sseq[si] : NULL;
+        int k = q ? q->n_draft : 0;
+        if (q) e->sseq_entry[si++] = ns;
+        grow(e, s, pos + 1 + k);
         add_sample(e, &ns, T, s);
         add_row(e, &T, s, s->rec.tokens[s->rec.n_tokens - 1], pos);
-        n_decode++;
+        for (int j = 0; j < k; j++) {
+            add_sample(e, &ns, T, s);
+            e->params[ns - 1].counter += (uint64_t)(j + 1);
+            add_row(e, &T, s, q->draft[j], pos + 1 + j);
+        }
+        n_decode += 1 + k;
     }
+    int n_spec_entries = n_spec ? ns : 0;
     // Then prompt chunks, oldest first, within the prefill budget and the row limit.
     int budget = e->o.prefill_chunk;
     if (budget > e->o.max_rows - T) budget = e->o.max_rows - T;
@@ -300,8 +423,10 @@ int engine_step(k25_engine *e) {
         .max_seqs = e->kv.max_seqs,
         .max_blocks_per_seq = e->kv.max_blocks_per_seq,
     };
+    float *logits = n_spec && spec_needs_logits(e->spec, e->sseq, n_spec)
+                        ? spec_logits_buffer(e->spec, ns) : NULL;
     double t0 = k25_now_ms();
-    model_step(e->m, &b, e->sample_rows, ns, e->params, e->out, NULL);
+    model_step(e->m, &b, e->sample_rows, ns, e->params, e->out, logits);
     double now = k25_now_ms();
 
     e->last = (k25_step_info){
@@ -314,20 +439,9 @@ int engine_step(k25_engine *e) {
         .ms = now - t0,
     };
 
-    for (int j = 0; j < ns; j++) {
-        req_state *s = e->req[e->sample_req[j]];
-        int32_t tok = e->out[j];
-        K25_CHECK(tok >= 0 && tok < e->cfg->vocab, "engine: model sampled token %d for request "
-                  "%d, outside the vocabulary", tok, s->rec.id);
-        s->rec.tokens[s->rec.n_tokens] = tok;
-        s->rec.t_token[s->rec.n_tokens] = now;
-        s->rec.n_tokens++;
-        if (!s->ignore_eos && config_is_eos(e->cfg, tok))
-            finish(e, s, K25_FINISH_EOS, now);
-        else if (s->rec.n_tokens == s->rec.max_new)
-            finish(e, s, K25_FINISH_LENGTH, now);
-        if (e->token_fn) e->token_fn(e->token_ctx, &s->rec, tok);
-    }
+    for (int i = 0; i < n_spec; i++) spec_hand_out(e, i, logits, now);
+    for (int j = n_spec_entries; j < ns; j++) hand_out(e, e->req[e->sample_req[j]], e->out[j], now);
+    if (e->spec) spec_observe_step(e, T);
     // Drop finished sequences, keeping admission order.
     int k = 0;
     for (int i = 0; i < e->n_run; i++)

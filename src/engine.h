@@ -51,6 +51,9 @@ typedef void (*k25_token_fn)(void *ctx, const k25_seq_record *r, int32_t token);
 
 typedef struct k25_engine_opts {
     int max_batch;           // sequences in flight, 1 .. model max_seqs (<= 256)
+    int max_seqs;            // block-table rows: the model's max_seqs (0: max_batch). Engines
+                             // that share a model should all pass it, so every batch has the
+                             // same table geometry whatever their max_batch
     int prefill_chunk;       // prompt tokens per step at most, all prefilling sequences together
     int max_rows;            // rows per step at most (the model's max_rows), >= max_batch
     int kv_block;            // tokens per cache block (as the model was built with)
@@ -78,8 +81,8 @@ extern "C" {
 // Engine options from the [run] section (max_batch, prefill_chunk, kv_block_size, ctx_size);
 // max_rows = max_batch + prefill_chunk.
 void engine_opts_from_config(const k25_config *cfg, k25_engine_opts *o);
-// The model options an engine with these options needs (max_seqs = max_batch, max_rows,
-// kv_block, n_blocks).
+// The model options an engine with these options needs (max_seqs = max(max_seqs, max_batch),
+// max_rows, kv_block, n_blocks).
 void engine_model_opts(const k25_engine_opts *o, k25_model_opts *mo);
 
 // The model must have been created with max_seqs >= max_batch, max_rows >= o->max_rows and the
@@ -105,6 +108,13 @@ const k25_seq_record *engine_record(const k25_engine *e, int id);
 const k25_step_info *engine_last_step(const k25_engine *e);
 long engine_steps(const k25_engine *e);
 const k25_kvcache *engine_cache(const k25_engine *e);
+
+// Speculative decoding (spec.h) from the next step on, NULL: off. Every decoding sequence gets
+// drafts (within max_rows: each running sequence keeps one row) verified in the step; a step
+// may then hand a sequence several tokens. The spec must have been built for at least
+// max_batch sequences and max_rows rows.
+struct k25_spec;
+void engine_set_spec(k25_engine *e, struct k25_spec *sp);
 
 #ifdef __cplusplus
 }

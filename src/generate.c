@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "spec.h"
 
 // ------------------------------------------------------------------------------------------
 // Text
@@ -168,6 +169,8 @@ int generate(k25_model *m, const k25_config *cfg, const k25_dist *dist,
     k25_batch b = {.max_seqs = 1, .max_blocks_per_seq = max_blocks, .block_table = table,
                    .pos = pos, .seq = seq};
 
+    if (o->spec) spec_attach(o->spec);
+
     // ---- prefill: every row when dumping, otherwise only the last prompt row is sampled ----
     double t0 = k25_now_ms();
     int32_t next = -1;
@@ -189,10 +192,22 @@ int generate(k25_model *m, const k25_config *cfg, const k25_dist *dist,
         if (logits && rank0)
             for (int i = 0; i < n; i++) dump_row(&dump, pos[i], prompt[p0 + i], logits + (size_t)i * V, V);
         if (last && n_sample) next = sampled[n_sample - 1];
+        if (o->spec) {
+            // An EAGLE-3 draft takes in the prompt's hidden states as they go by.
+            k25_spec_obs ob = {.slot = 0, .row0 = 0, .pos0 = p0, .n_rows = n, .prompt = prompt,
+                               .n_prompt = n_prompt, .gen = &next, .n_gen = last && n_sample};
+            spec_observe(o->spec, &ob, 1);
+        }
     }
     res->prompt_ms = k25_now_ms() - t0;
 
     // ---- decode: emit, stop, or feed the token back ----
+    // Speculative rounds emit several tokens at once: all but the last were fed to the target
+    // as drafts (their logits rows are kept for the dump), so they wait in `queue` and are
+    // emitted without a step.
+    int32_t queue[K25_SPEC_MAX_K + 1];
+    int n_queue = 0, i_queue = 0;
+    float *spec_logits = o->spec && logits ? k25_malloc(sizeof(float) * (K25_SPEC_MAX_K + 1) * V) : NULL;
     t0 = k25_now_ms();
     while (want_token) {
         res->tokens[res->n_tokens++] = next;
@@ -207,6 +222,24 @@ int generate(k25_model *m, const k25_config *cfg, const k25_dist *dist,
             res->stopped_ctx = 1;
             break;
         }
+        if (i_queue < n_queue) { // a draft the target accepted: already fed at p
+            if (spec_logits && rank0) dump_row(&dump, p, next, spec_logits + (size_t)i_queue * V, V);
+            next = queue[i_queue++];
+            continue;
+        }
+        if (o->spec) {
+            int room = o->ctx_size - 1 - p, left = o->n_predict >= 0 ? o->n_predict - res->n_tokens - 1 : room;
+            int max_draft = room < left ? room : left;
+            if (max_draft > chunk - 1) max_draft = chunk - 1;
+            sp.counter = 0;
+            n_queue = spec_round_single(o->spec, m, &b, prompt, n_prompt, res->tokens, res->n_tokens,
+                                        max_draft, &sp, queue, spec_logits);
+            if (spec_logits && rank0) dump_row(&dump, p, next, spec_logits, V);
+            next = queue[0];
+            i_queue = 1;
+            res->n_eval++;
+            continue;
+        }
         b.T = 1;
         b.tokens = &next;
         pos[0] = p;
@@ -220,6 +253,7 @@ int generate(k25_model *m, const k25_config *cfg, const k25_dist *dist,
         res->n_eval++;
     }
     res->eval_ms = k25_now_ms() - t0;
+    if (o->spec) spec_detach(o->spec);
     out_end(&out);
 
     int rc = 0;
@@ -228,6 +262,7 @@ int generate(k25_model *m, const k25_config *cfg, const k25_dist *dist,
         if (!rank0) k25_err(err, "--dump-logits failed on rank 0");
         rc = -1;
     }
+    free(spec_logits);
     free(logits);
     free(params);
     free(sampled);

@@ -32,6 +32,7 @@ typedef struct k25_gen_opts {
     uint64_t seed;
     int print_ids;            // ids on stdout instead of text
     const char *dump_logits;  // K25LOGIT file or NULL
+    struct k25_spec *spec;    // speculative decoding (spec.h) or NULL
 } k25_gen_opts;
 
 typedef struct k25_gen_result {

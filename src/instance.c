@@ -1,14 +1,41 @@
-// Builds and tears down a process's model stack (see instance.h).
+// Builds and tears down a process's model stack (see instance.h): the TP x PP groups, this
+// stage's weights, the backend and the model.
 #include "instance.h"
 
 #include <string.h>
 
+#include "pipeline.h"
+#ifdef K25_CUDA
+#include "pp_nccl.h"
+#endif
+
 int instance_setup_dist(k25_dist *d, const k25_config *cfg, char *err) {
     int pp = cfg->pp > 0 ? cfg->pp : 1;
+    int *first = k25_malloc(sizeof(int) * (size_t)(pp + 1));
+    int rc = pipeline_layout(cfg, pp, first, err);
+    free(first);
+    if (rc) return -1;
+    if (d->world_size % pp)
+        return k25_err(err, "run.pp = %d pipeline stages cannot split the %d MPI ranks evenly "
+                       "(the ranks are pp stages x tp ranks; use a rank count that is a "
+                       "multiple of %d)", pp, d->world_size, pp);
     int tp = cfg->tp > 0 ? cfg->tp : d->world_size / pp;
-    if (tp < 1) return k25_err(err, "run.pp = %d exceeds the %d MPI ranks", pp, d->world_size);
     if (config_check_tp(cfg, tp, err) != 0) return -1;
     return dist_setup_groups(d, tp, pp, err);
+}
+
+// A stage without the first layer never embeds, one without the last never runs the final
+// norm or the lm_head: their slices are not materialized there (weights_plan describes every
+// top-level tensor; describing costs nothing, holding the bytes does).
+static void drop_other_stages_tensors(k25_weights *w, const k25_config *cfg) {
+    k25_tensor *drop[3];
+    int n = 0;
+    if (w->layer_begin > 0) drop[n++] = &w->embed;
+    if (w->layer_end < cfg->n_layers) drop[n++] = &w->final_norm, drop[n++] = &w->lm_head;
+    for (int i = 0; i < n; i++) {
+        drop[i]->kind = K25_SRC_NONE;
+        drop[i]->file_data = NULL;
+    }
 }
 
 int instance_open(k25_instance *in, const k25_config *cfg, const k25_dist *d,
@@ -26,13 +53,16 @@ int instance_open(k25_instance *in, const k25_config *cfg, const k25_dist *d,
     } else {
         src = synth_source(o->synth_seed);
     }
-    // Pipeline stage p holds an equal share of the layers (the last one takes the rest).
-    int per = cfg->n_layers / d->pp_size;
-    int lb = d->pp_rank * per, le = d->pp_rank == d->pp_size - 1 ? cfg->n_layers : lb + per;
-    if (weights_plan(&in->w, cfg, d->tp_rank, d->tp_size, lb, le, &src, err) != 0) {
+    // This rank's pipeline stage: its layers only (pipeline.h).
+    int *first = k25_malloc(sizeof(int) * (size_t)(d->pp_size + 1));
+    int rc = pipeline_layout(cfg, d->pp_size, first, err);
+    int lb = rc ? 0 : first[d->pp_rank], le = rc ? 0 : first[d->pp_rank + 1];
+    free(first);
+    if (rc || weights_plan(&in->w, cfg, d->tp_rank, d->tp_size, lb, le, &src, err) != 0) {
         instance_close(in);
         return -1;
     }
+    drop_other_stages_tensors(&in->w, cfg);
 
     if (strcmp(backend, "cuda") == 0) {
         in->be = backend_cuda_create(cfg, d);
@@ -40,6 +70,9 @@ int instance_open(k25_instance *in, const k25_config *cfg, const k25_dist *d,
             instance_close(in);
             return k25_err(err, "backend cuda: this binary was built without CUDA (make CUDA=1)");
         }
+#ifdef K25_CUDA
+        if (d->pp_size > 1 && !in->be->pp_send) pp_nccl_attach(in->be);
+#endif
     } else {
         in->be = backend_cpu_create(cfg, d, o->threads > 0 ? o->threads : cfg->threads);
     }

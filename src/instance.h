@@ -1,6 +1,7 @@
 // One process's model stack for programs that drive the engine (k25bench, engine tests): the
-// tensor-parallel groups, this rank's weight slices (a checkpoint directory or the synthetic
-// generator), a backend and the model, built in that order and torn down in reverse.
+// tensor-parallel and pipeline groups, this rank's weight slices (a checkpoint directory or
+// the synthetic generator), a backend and the model, built in that order and torn down in
+// reverse.
 #pragma once
 #include "checkpoint.h"
 #include "model.h"
@@ -24,10 +25,12 @@ typedef struct k25_instance_opts {
 extern "C" {
 #endif
 
-// Splits the world into tensor-parallel groups: tp = cfg->tp, or the whole world when 0;
-// checks the config divides over it. Returns 0 or -1 with a message.
+// Splits the world into run.pp pipeline stages of tp ranks: tp = cfg->tp, or world / pp when
+// 0; checks the stage layout (pipeline.h) and that the config divides over tp. Returns 0 or
+// -1 with a message.
 int instance_setup_dist(k25_dist *d, const k25_config *cfg, char *err);
-// Plans the weights, creates the backend and the model. cfg and d must outlive the instance.
+// Plans this rank's weights (its stage's layers, its TP slices), creates the backend and the
+// model. cfg and d must outlive the instance.
 // Returns 0 or -1 with a message (bad checkpoint tensor, unknown backend, no CUDA build).
 int instance_open(k25_instance *in, const k25_config *cfg, const k25_dist *d,
                   const k25_instance_opts *o, char *err);

@@ -13,6 +13,8 @@
 #include "dist.h"
 #include "generate.h"
 #include "instance.h"
+#include "pipeline.h"
+#include "spec.h"
 #include "tokenizer.h"
 #include "tokenizer_cli.h"
 #include "verify.h"
@@ -128,6 +130,30 @@ static void print_summary(const k25_dist *d, const k25_config *c, const k25_cli 
         k25_log("k25dec: rank %d: %.2f MiB of weights, %.2f MiB of backend memory\n", r,
                 mib((double)all[2 * r]), mib((double)all[2 * r + 1]));
     free(all);
+    if (d->pp_size > 1 && d->world_rank == 0) {
+        int *first = k25_malloc(sizeof(int) * (size_t)(d->pp_size + 1));
+        char err[K25_ERR_LEN];
+        if (pipeline_layout(c, d->pp_size, first, err) == 0)
+            pipeline_print(stderr, "k25dec: pipeline ", c, d->pp_size, first, d->world_size);
+        free(first);
+    }
+}
+
+// --dump-config: the configuration, then the stage layout it gives as .ini comments. Only the
+// layer split is checked (one process may dump a configuration meant for many ranks).
+static int dump_config(const k25_dist *d, const k25_config *c, char *err) {
+    int *first = k25_malloc(sizeof(int) * (size_t)(c->pp + 1));
+    int rc = pipeline_layout(c, c->pp, first, err);
+    if (rc == 0 && d->world_rank == 0) {
+        config_dump(c, stdout);
+        printf("\n; pipeline: %d stage%s", c->pp, c->pp > 1 ? "s" : "");
+        int tp = d->world_size / c->pp;
+        if (d->world_size % c->pp == 0) printf(" x %d rank%s", tp, tp > 1 ? "s" : "");
+        printf("\n");
+        pipeline_print(stdout, ";   ", c, c->pp, first, d->world_size);
+    }
+    free(first);
+    return rc;
 }
 
 static void print_timings(double load_ms, const k25_gen_result *r) {
@@ -178,13 +204,11 @@ int main(int argc, char **argv) {
     k25_config cfg;
     agree_or_exit(&d, cli_load_config(&o, &cfg, err) == 0, err);
     if (o.dump_config) {
-        if (d.world_rank == 0) config_dump(&cfg, stdout);
+        agree_or_exit(&d, dump_config(&d, &cfg, err) == 0, err);
         cli_free(&o);
         dist_finalize(&d);
         return 0;
     }
-    if (cfg.pp != 1) k25_err(err, "run.pp = %d: pipeline stages are not implemented", cfg.pp);
-    agree_or_exit(&d, cfg.pp == 1, err);
     agree_or_exit(&d, instance_setup_dist(&d, &cfg, err) == 0, err);
 
     // ---- tokenizer and prompt ----
@@ -238,6 +262,16 @@ int main(int argc, char **argv) {
     double load_ms = k25_now_ms() - t_start;
     print_summary(&d, &cfg, &o, &in);
 
+    // ---- speculative decoding: the draft next to the target ----
+    k25_spec *spec = NULL;
+    if (o.spec_draft) {
+        k25_spec_opts so = {.k = o.spec_k, .max_seqs = 1, .max_rows = chunk,
+                            .ctx_size = cfg.ctx_size, .kv_block = cfg.kv_block,
+                            .backend = cfg.backend, .threads = cfg.threads};
+        spec = spec_create(o.spec_draft, in.m, &in.w, &cfg, &d, &so, err);
+        agree_or_exit(&d, spec != NULL, err);
+    }
+
     // ---- generate ----
     int n_predict = o.has_n_predict ? o.n_predict : cfg.n_predict;
     int room = cfg.ctx_size - n_prompt + 1; // the last token needs no cache position
@@ -254,6 +288,7 @@ int main(int argc, char **argv) {
         .seed = (uint64_t)cfg.seed,
         .print_ids = o.print_ids || o.prompt == NULL, // --tokens input: ids out
         .dump_logits = o.dump_logits,
+        .spec = spec,
     };
     k25_gen_result res;
     ok = generate(in.m, &cfg, &d, &codec, prompt, n_prompt, &go, &res, err) == 0;
@@ -261,6 +296,14 @@ int main(int argc, char **argv) {
     if (res.stopped_ctx)
         k25_log("k25dec: note: stopped at the context end (%d positions)\n", cfg.ctx_size);
     print_timings(load_ms, &res);
+    if (spec) {
+        const k25_spec_stats *st = spec_stats(spec);
+        k25_log("k25dec: speculative (%s, k = %d): %ld rounds, %ld drafted, %ld accepted, mean "
+                "accepted length %.2f (bonus included), draft time %.2f ms\n",
+                spec_draft_kind(spec), spec_k(spec), st->rounds, st->drafted, st->accepted,
+                st->rounds ? (double)st->emitted / st->rounds : 0.0, st->draft_ms);
+        spec_free(spec);
+    }
 
     free(res.tokens);
     free(prompt);

@@ -8,10 +8,20 @@
 // split along their intermediate width, so down_proj produces a partial sum too (the shared
 // expert is added into the routed partial before the one reduction). The lm_head is split by
 // vocabulary and sampling is vocabulary-parallel (sampler.h).
+//
+// Pipeline parallelism (pipeline.h): a rank holds the layers of its stage only. A step's rows
+// are cut into micro-batches (one per stage) that go through the stages in order: stage s
+// receives micro-batch k's hidden states from stage s-1, runs its layers, passes them on to
+// stage s+1 and takes micro-batch k+1, so while stage s works on k stage s+1 works on k-1. The
+// last stage normalizes the rows to sample as their micro-batch finishes, then runs the
+// lm_head and samples once for the whole step; the tokens (and requested logits) are broadcast
+// from it to every rank, so every rank's caller stays in lockstep.
 #include "model.h"
 
 #include <math.h>
 #include <string.h>
+
+#include "pipeline.h"
 
 #define MODEL_MAX_CAPTURE 3
 
@@ -47,17 +57,46 @@ struct k25_model {
 
     // sub-batch of the sampled rows
     int32_t *s_tokens, *s_pos, *s_seq;  // [R]
+
+    // pipeline
+    int first_stage, last_stage;        // this rank embeds / samples
+    int *stage_first;                   // [pp + 1] first layer of every stage
+    int *mb_cut;                        // [pp + 1] micro-batch row boundaries of a step
+    float *pp_host;                     // [R][D] host staging when the backend has no pp_send
 };
 
 // ------------------------------------------------------------------------------------------
 // Construction
 // ------------------------------------------------------------------------------------------
 
+// Every rank learns every stage's layer range (captured hidden states come from the stage
+// holding the layer) and checks that the stages cover the layers in order.
+static void share_stage_layout(k25_model *m) {
+    const k25_dist *d = m->dist;
+    int pp = d->pp_size > 1 ? d->pp_size : 1;
+    int mine[2] = {m->w->layer_begin, m->w->layer_end};
+    int *all = k25_malloc(sizeof(int) * 2 * (size_t)pp);
+    if (pp > 1) MPI_CHECK(MPI_Allgather(mine, 2, MPI_INT, all, 2, MPI_INT, d->pp));
+    else all[0] = mine[0], all[1] = mine[1];
+    m->stage_first = k25_malloc(sizeof(int) * (size_t)(pp + 1));
+    m->mb_cut = k25_malloc(sizeof(int) * (size_t)(pp + 1));
+    for (int s = 0; s < pp; s++) {
+        int want = s ? all[2 * s - 1] : 0;
+        if (all[2 * s] != want || all[2 * s + 1] <= all[2 * s] ||
+            (s == pp - 1 && all[2 * s + 1] != m->cfg->n_layers))
+            K25_DIE("model: pipeline stage %d of %d holds layers [%d, %d): the stages must hold "
+                    "layers 0..%d in order, each at least one", s, pp, all[2 * s], all[2 * s + 1],
+                    m->cfg->n_layers - 1);
+        m->stage_first[s] = all[2 * s];
+    }
+    m->stage_first[pp] = m->cfg->n_layers;
+    free(all);
+    m->first_stage = m->w->layer_begin == 0;
+    m->last_stage = m->w->layer_end == m->cfg->n_layers;
+}
+
 k25_model *model_create(const k25_config *cfg, k25_weights *w, k25_backend *be,
                         const k25_dist *dist, const k25_model_opts *opts) {
-    if (w->layer_begin != 0 || w->layer_end != cfg->n_layers)
-        K25_DIE("model: this rank holds layers [%d, %d) of %d; pipeline stages are not "
-                "implemented (run.pp must be 1)", w->layer_begin, w->layer_end, cfg->n_layers);
     k25_model *m = k25_calloc(1, sizeof *m);
     m->cfg = cfg;
     m->w = w;
@@ -69,6 +108,7 @@ k25_model *model_create(const k25_config *cfg, k25_weights *w, k25_backend *be,
     if (m->opts.kv_block <= 0) m->opts.kv_block = cfg->kv_block;
     int per_seq = (cfg->ctx_size + m->opts.kv_block - 1) / m->opts.kv_block;
     m->n_blocks = m->opts.n_blocks > 0 ? m->opts.n_blocks : m->opts.max_seqs * per_seq;
+    share_stage_layout(m);
 
     be->load_weights(be, w);
     be->kv_init(be, w->layer_end - w->layer_begin, m->n_blocks, m->opts.kv_block);
@@ -93,8 +133,10 @@ k25_model *model_create(const k25_config *cfg, k25_weights *w, k25_backend *be,
     m->act = be->alloc(be, R * I * f);
     m->ridx = be->alloc(be, R * cfg->top_k * sizeof(int32_t));
     m->rwts = be->alloc(be, R * cfg->top_k * f);
-    m->hf = be->alloc(be, R * D * f);
-    m->logits = be->alloc(be, R * (size_t)w->vocab_local * f);
+    if (m->last_stage) {
+        m->hf = be->alloc(be, R * D * f);
+        m->logits = be->alloc(be, R * (size_t)w->vocab_local * f);
+    }
     m->s_tokens = k25_malloc(R * sizeof(int32_t));
     m->s_pos = k25_malloc(R * sizeof(int32_t));
     m->s_seq = k25_malloc(R * sizeof(int32_t));
@@ -107,13 +149,17 @@ void model_free(k25_model *m) {
     k25_backend *be = m->be;
     float *bufs[] = {m->h, m->xn, m->cq, m->cqn, m->q, m->kv, m->attn, m->d, m->d2,
                      m->gate, m->up, m->act, m->rwts, m->hf, m->logits};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) be->free(be, bufs[i]);
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) be->free(be, bufs[i]);
     be->free(be, m->ridx);
     for (int i = 0; i < m->n_cap; i++) free(m->cap_host[i]);
     free(m->check_host);
     free(m->s_tokens);
     free(m->s_pos);
     free(m->s_seq);
+    free(m->stage_first);
+    free(m->mb_cut);
+    free(m->pp_host);
     free(m);
 }
 
@@ -147,16 +193,19 @@ const float *model_captured(const k25_model *m, int i) {
 
 typedef struct step_ctx {
     k25_model *m;
-    const k25_batch *b;
+    const k25_batch *b;  // the rows of this forward: the step's, or one micro-batch's
+    int row0;            // where they start among the step's rows
 } step_ctx;
 
-static void capture_hidden(k25_model *m, int layer, int T) {
+static void capture_hidden(k25_model *m, int layer, int row0, int T) {
+    size_t D = (size_t)m->cfg->hidden;
     for (int i = 0; i < m->n_cap; i++)
         if (m->cap_layers[i] == layer)
-            m->be->to_host(m->be, m->cap_host[i], m->h, sizeof(float) * (size_t)T * m->cfg->hidden);
+            m->be->to_host(m->be, m->cap_host[i] + (size_t)row0 * D, m->h,
+                           sizeof(float) * (size_t)T * D);
 }
 
-static void check_finite(k25_model *m, const k25_batch *b, int layer) {
+static void check_finite(k25_model *m, const k25_batch *b, int row0, int layer) {
     size_t D = (size_t)m->cfg->hidden;
     m->be->to_host(m->be, m->check_host, m->h, sizeof(float) * b->T * D);
     for (int t = 0; t < b->T; t++)
@@ -164,15 +213,16 @@ static void check_finite(k25_model *m, const k25_batch *b, int layer) {
             if (!isfinite(m->check_host[t * D + i]))
                 K25_DIE("non-finite hidden state (%g) after layer %d: row %d (sequence %d, "
                         "position %d, token %d), element %zu",
-                        (double)m->check_host[t * D + i], layer, t, b->seq[t], b->pos[t],
-                        b->tokens[t], i);
+                        (double)m->check_host[t * D + i], layer, row0 + t, b->seq[t],
+                        b->pos[t], b->tokens[t], i);
 }
 
 // ------------------------------------------------------------------------------------------
 // Forward
 // ------------------------------------------------------------------------------------------
 
-// Embedding and every layer, for the T rows set by set_batch. Leaves the residual stream in h.
+// Embedding (first stage) and this stage's layers, for the T rows set by set_batch. Leaves the
+// residual stream in h (on later stages h arrives holding the previous stage's output).
 static void forward_layers(void *arg) {
     step_ctx *ctx = arg;
     k25_model *m = ctx->m;
@@ -182,10 +232,10 @@ static void forward_layers(void *arg) {
     int T = ctx->b->T, D = c->hidden;
     size_t TD = (size_t)T * D;
 
-    be->embed(be, &w->embed, m->h);
+    if (m->first_stage) be->embed(be, &w->embed, m->h);
     for (int l = w->layer_begin; l < w->layer_end; l++) {
         const k25_layer *L = &w->layers[l];
-        if (m->n_cap) capture_hidden(m, l, T);
+        if (m->n_cap) capture_hidden(m, l, ctx->row0, T);
 
         // ---- attention: h += o_proj(MLA(rmsnorm(h))) ----
         be->rmsnorm(be, m->h, D, &L->attn_norm, c->norm_eps, T, D, m->xn);
@@ -219,9 +269,104 @@ static void forward_layers(void *arg) {
         be->allreduce_sum(be, m->d, TD);
         be->add(be, m->h, m->d, TD);
 
-        if (m->opts.check_finite) check_finite(m, ctx->b, l);
+        if (m->opts.check_finite) check_finite(m, ctx->b, ctx->row0, l);
     }
-    if (m->n_cap) capture_hidden(m, w->layer_end, T);
+    if (m->n_cap) capture_hidden(m, w->layer_end, ctx->row0, T);
+}
+
+// ------------------------------------------------------------------------------------------
+// Pipeline hand-off and broadcasts
+// ------------------------------------------------------------------------------------------
+
+// Hidden states [n] of h to the next stage / from the previous one: the backend's own hand-off
+// (NCCL, or MPI on host memory), else a copy through host memory and MPI.
+static void hand_on(k25_model *m, size_t n) {
+    k25_backend *be = m->be;
+    int to = m->dist->pp_rank + 1;
+    if (be->pp_send) {
+        be->pp_send(be, m->h, n, to);
+        return;
+    }
+    if (!m->pp_host) m->pp_host = k25_malloc(sizeof(float) * (size_t)m->opts.max_rows * m->cfg->hidden);
+    be->to_host(be, m->pp_host, m->h, sizeof(float) * n);
+    pipeline_send_host(m->dist, m->pp_host, n, to);
+}
+
+static void take_over(k25_model *m, size_t n) {
+    k25_backend *be = m->be;
+    int from = m->dist->pp_rank - 1;
+    if (be->pp_recv) {
+        be->pp_recv(be, m->h, n, from);
+        return;
+    }
+    if (!m->pp_host) m->pp_host = k25_malloc(sizeof(float) * (size_t)m->opts.max_rows * m->cfg->hidden);
+    pipeline_recv_host(m->dist, m->pp_host, n, from);
+    be->to_device(be, m->h, m->pp_host, sizeof(float) * n);
+}
+
+// Host floats from pipeline stage `root` to every stage (int counts: in pieces).
+static void bcast_stages(const k25_dist *d, float *x, size_t n, int root) {
+    const size_t chunk = (size_t)1 << 30;
+    for (size_t off = 0; off < n; off += chunk) {
+        size_t c = n - off < chunk ? n - off : chunk;
+        MPI_CHECK(MPI_Bcast(x + off, (int)c, MPI_FLOAT, root, d->pp));
+    }
+}
+
+// Captured hidden states come from the stage holding the layer (the model's output, layer
+// n_layers, from the last stage).
+static void share_captures(k25_model *m, int T) {
+    int pp = m->dist->pp_size;
+    for (int i = 0; i < m->n_cap; i++) {
+        int l = m->cap_layers[i], owner = pp - 1;
+        for (int s = 0; s < pp; s++)
+            if (l >= m->stage_first[s] && l < m->stage_first[s + 1]) owner = s;
+        bcast_stages(m->dist, m->cap_host[i], (size_t)T * m->cfg->hidden, owner);
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// The step
+// ------------------------------------------------------------------------------------------
+
+// Rows [r0, r1) of b through this stage: take the hidden states over from the previous stage
+// (or embed), run the layers, hand them on; on the last stage, final-norm the rows to sample
+// among them into hf (sampled row i -> hf row i).
+static void run_micro_batch(k25_model *m, const k25_batch *b, int r0, int r1,
+                            const int32_t *sample_rows, int n_sample) {
+    const k25_config *c = m->cfg;
+    k25_backend *be = m->be;
+    int D = c->hidden;
+    k25_batch mb = *b;
+    mb.T = r1 - r0;
+    mb.tokens = b->tokens + r0;
+    mb.pos = b->pos + r0;
+    mb.seq = b->seq + r0;
+    size_t n = (size_t)mb.T * D;
+
+    be->set_batch(be, &mb);
+    if (!m->first_stage) take_over(m, n);
+    step_ctx ctx = {m, &mb, r0};
+    if (m->n_cap || m->opts.check_finite)
+        forward_layers(&ctx); // host copies between layers: no graph
+    else
+        be->run_graph(be, mb.T, forward_layers, &ctx);
+    if (!m->last_stage) {
+        hand_on(m, n);
+        return;
+    }
+    // ---- final norm of the sampled rows in [r0, r1) (runs of consecutive rows at once) ----
+    for (int i = 0; i < n_sample;) {
+        int r = sample_rows[i], k = 1;
+        if (r < r0 || r >= r1) {
+            i++;
+            continue;
+        }
+        while (i + k < n_sample && sample_rows[i + k] == r + k && r + k < r1) k++;
+        be->rmsnorm(be, m->h + (size_t)(r - r0) * D, D, &m->w->final_norm, c->norm_eps, k, D,
+                    m->hf + (size_t)i * D);
+        i += k;
+    }
 }
 
 void model_step(k25_model *m, const k25_batch *b, const int32_t *sample_rows, int n_sample,
@@ -229,45 +374,49 @@ void model_step(k25_model *m, const k25_batch *b, const int32_t *sample_rows, in
     const k25_config *c = m->cfg;
     k25_backend *be = m->be;
     k25_weights *w = m->w;
-    int D = c->hidden;
+    const k25_dist *d = m->dist;
+    int pp = d->pp_size > 1 ? d->pp_size : 1;
     if (b->T <= 0 || b->T > m->opts.max_rows)
         K25_DIE("model_step: %d rows (this model was created for at most %d)", b->T,
                 m->opts.max_rows);
     if (n_sample < 0 || n_sample > b->T) K25_DIE("model_step: %d rows to sample of %d", n_sample, b->T);
+    for (int i = 0; i < n_sample; i++)
+        if (sample_rows[i] < 0 || sample_rows[i] >= b->T)
+            K25_DIE("model_step: sample row %d of %d", sample_rows[i], b->T);
 
-    be->set_batch(be, b);
-    step_ctx ctx = {m, b};
-    if (m->n_cap || m->opts.check_finite)
-        forward_layers(&ctx); // host copies between layers: no graph
-    else
-        be->run_graph(be, b->T, forward_layers, &ctx);
+    // ---- the layers: one micro-batch per stage, in order (one in all without a pipeline) ----
+    int n_mb = 1;
+    m->mb_cut[0] = 0;
+    m->mb_cut[1] = b->T;
+    if (pp > 1) n_mb = pipeline_micro_batches(b, pp, m->mb_cut);
+    for (int k = 0; k < n_mb; k++)
+        run_micro_batch(m, b, m->mb_cut[k], m->mb_cut[k + 1], sample_rows, n_sample);
+    if (pp > 1 && m->n_cap) share_captures(m, b->T);
     if (n_sample == 0) return;
 
-    // ---- final norm and lm_head on the sampled rows only (runs of consecutive rows at once) --
-    for (int i = 0; i < n_sample;) {
-        int r = sample_rows[i], n = 1;
-        if (r < 0 || r >= b->T) K25_DIE("model_step: sample row %d of %d", r, b->T);
-        while (i + n < n_sample && sample_rows[i + n] == r + n) n++;
-        be->rmsnorm(be, m->h + (size_t)r * D, D, &w->final_norm, c->norm_eps, n, D,
-                    m->hf + (size_t)i * D);
-        i += n;
+    // ---- lm_head and sampling on the last stage: the sampled rows become the batch ----
+    if (m->last_stage) {
+        be->matmul(be, m->hf, &w->lm_head, n_sample, m->logits);
+        for (int i = 0; i < n_sample; i++) {
+            m->s_tokens[i] = b->tokens[sample_rows[i]];
+            m->s_pos[i] = b->pos[sample_rows[i]];
+            m->s_seq[i] = b->seq[sample_rows[i]];
+        }
+        k25_batch sb = *b;
+        sb.T = n_sample;
+        sb.tokens = m->s_tokens;
+        sb.pos = m->s_pos;
+        sb.seq = m->s_seq;
+        be->set_batch(be, &sb);
+        be->sample(be, m->logits, w->vocab_begin, w->vocab_local, params, out);
+        if (logits_out)
+            for (int i = 0; i < n_sample; i++)
+                be->gather_logits(be, m->logits, w->vocab_local, i,
+                                  logits_out + (size_t)i * c->vocab);
     }
-    be->matmul(be, m->hf, &w->lm_head, n_sample, m->logits);
-
-    // ---- sample: the sampled rows become the current batch (T = n_sample) ----
-    for (int i = 0; i < n_sample; i++) {
-        m->s_tokens[i] = b->tokens[sample_rows[i]];
-        m->s_pos[i] = b->pos[sample_rows[i]];
-        m->s_seq[i] = b->seq[sample_rows[i]];
+    // ---- every stage gets the tokens (and the logits) of the last one ----
+    if (pp > 1) {
+        MPI_CHECK(MPI_Bcast(out, n_sample, MPI_INT32_T, pp - 1, d->pp));
+        if (logits_out) bcast_stages(d, logits_out, (size_t)n_sample * c->vocab, pp - 1);
     }
-    k25_batch sb = *b;
-    sb.T = n_sample;
-    sb.tokens = m->s_tokens;
-    sb.pos = m->s_pos;
-    sb.seq = m->s_seq;
-    be->set_batch(be, &sb);
-    be->sample(be, m->logits, w->vocab_begin, w->vocab_local, params, out);
-    if (logits_out)
-        for (int i = 0; i < n_sample; i++)
-            be->gather_logits(be, m->logits, w->vocab_local, i, logits_out + (size_t)i * c->vocab);
 }

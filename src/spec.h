@@ -174,3 +174,30 @@ int32_t spec_accept_or_resample(const float *p, const float *q, int V, int32_t x
 #ifdef __cplusplus
 }
 #endif
+
+// ------------------------------------------------------------------------------------------
+// Synthetic EAGLE-3 checkpoints (spec_eagle3_synth.c; tools/k25-mkeagle, tests)
+// ------------------------------------------------------------------------------------------
+
+typedef struct k25_eagle3_synth {
+    uint64_t seed;
+    int draft_vocab;           // 0: lm_head over the whole vocabulary; else this many rows and
+                               // a d2t map (draft_vocab_size)
+    int own_embed;             // write embed_tokens (otherwise the target's is used)
+    int no_lm_head;            // no lm_head (the target's is used; whole vocabulary only)
+    int n_aux;                 // eagle_aux_hidden_state_layer_ids written (0: none, the
+    int aux_ids[3];            // default layers apply)
+    int intermediate;          // MLP width (0: the target's intermediate_size)
+    int norm_before_residual;
+} k25_eagle3_synth;
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+// Writes config.json and model.safetensors of an EAGLE-3 MLA head for target t into dir
+// (created when absent). Returns 0 or -1 with a message.
+int spec_eagle3_write_synthetic(const char *dir, const k25_config *t, const k25_eagle3_synth *o,
+                                char *err);
+#ifdef __cplusplus
+}
+#endif

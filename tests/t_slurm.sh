@@ -8,7 +8,9 @@
 #   - multinode.sbatch on one node: adds run.pp = number of nodes (1) and decodes the same tokens;
 #   - submit-sweep.sh --wait over bench/sweeps/tiny.txt: a job array plus the chained summary;
 #     every task and every concurrency level the sweep file asks for is in the merged results,
-#     each from a 2-rank run, and the table has one row per (task, level);
+#     each from a 2-rank run, and the table has one row per (task, level); a task's --set
+#     shows in its resolved configuration;
+#   - bench/merge_results.py names a task and a level missing from a sweep's results;
 #   - a sweep with a failing task: the summary is cancelled and submit-sweep.sh fails, naming
 #     the task.
 # The daemons are stopped at the end, pass or fail.
@@ -16,8 +18,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 
-for bin in k25dec k25bench; do
-    [ -x "$root/$bin" ] || { echo "FAIL: ./$bin not built (make first)"; exit 1; }
+# The binaries under test: ./k25dec and ./k25bench unless K25_DEC / K25_BENCH name others.
+dec=${K25_DEC:-$root/k25dec} bench=${K25_BENCH:-$root/k25bench}
+for bin in "$dec" "$bench"; do
+    [ -x "$bin" ] || { echo "FAIL: $bin not built (make first)"; exit 1; }
 done
 # A job started inside another allocation would inherit its identity.
 for v in $(compgen -e | grep '^SLURM_' || true); do unset "$v"; done
@@ -38,7 +42,8 @@ fail() {
 
 # Stable copies: other builds may replace the binaries at the repository root meanwhile.
 mkdir -p "$tmp/bin" "$tmp/work/logs"
-cp "$root/k25dec" "$root/k25bench" "$tmp/bin/"
+cp "$dec" "$tmp/bin/k25dec"
+cp "$bench" "$tmp/bin/k25bench"
 export K25_DEC=$tmp/bin/k25dec K25_BENCH=$tmp/bin/k25bench
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
@@ -122,6 +127,20 @@ print(f"ok: sweep {results}: {len(lines)} tasks, {len(want)} (task, level) rows"
 PY
 summary_log=$(ls logs/k25-sweep-summary_*.out)
 grep -q "^| task | settings | conc |" "$summary_log" || fail "the summary job did not print the table"
+# The task with a --set override shows it in its resolved configuration.
+grep -q "^#   prefill_chunk = 4$" logs/k25-sweep_*_2.out || fail "task 2's configuration lacks its --set"
+echo "ok: the summary job printed the table; task 2 resolved prefill_chunk = 4"
+
+# The merge notices what is missing: a level of task 2 (asked 1,2) and all of task 1.
+cp -r "$results" partial
+sed -i '$d' partial/task_2.jsonl
+rm partial/task_1.jsonl
+if python3 "$root/bench/merge_results.py" partial --expect 3 --no-plot > /dev/null 2> merge.err; then
+    fail "merge_results.py accepted results with a missing task and level"
+fi
+grep -q "task 1 .*no results" merge.err || { cat merge.err; fail "merge_results.py did not name task 1"; }
+grep -q "task 2 .*no row for concurrency 2$" merge.err || { cat merge.err; fail "merge_results.py did not name task 2's level 2"; }
+echo "ok: merge_results.py names a missing task and a missing level"
 
 # ---------------------------------------------------------------------------------------------
 # A sweep whose second task fails: no summary, and submit-sweep.sh says which task

@@ -5,9 +5,10 @@
 // prompt in one step, then one token per step, contiguous cache blocks; no engine or cache
 // allocator involved). Also checks the scheduling limits every step and the cache accounting.
 //
-// Model: config/tiny.ini, synthetic weights (seed 1), CPU backend. Runs on any rank count that
-// tiny.ini divides over (tests/t_engine.sh runs it on 2 ranks); the ranks must also agree on
-// every token.
+// Model: config/tiny.ini, synthetic weights (seed 1), CPU backend (`--backend cuda` runs the
+// same checks on the GPU backend, whose kernels must then be batch-invariant too). Runs on any
+// rank count that tiny.ini divides over (tests/t_engine.sh runs it on 2 ranks); the ranks must
+// also agree on every token.
 #include "engine.h"
 #include "instance.h"
 
@@ -197,7 +198,8 @@ int main(int argc, char **argv) {
     cfg.threads = 1;
     if (instance_setup_dist(&d, &cfg, err) != 0) K25_DIE("%s", err);
     k25_instance in;
-    k25_instance_opts io = {.synth_seed = 1, .backend = "cpu",
+    const char *backend = argc > 2 && !strcmp(argv[1], "--backend") ? argv[2] : "cpu";
+    k25_instance_opts io = {.synth_seed = 1, .backend = backend,
                             .model = {.max_seqs = MAX_SEQS, .max_rows = MAX_ROWS,
                                       .kv_block = KV_BLOCK}};
     if (instance_open(&in, &cfg, &d, &io, err) != 0) K25_DIE("%s", err);
@@ -255,7 +257,8 @@ int main(int argc, char **argv) {
 
     int ok = dist_all_ok(&d, n_fail == 0);
     instance_close(&in);
-    if (d.world_rank == 0) printf("test_engine (%d ranks): %s\n", d.world_size, ok ? "ok" : "FAILED");
+    if (d.world_rank == 0)
+        printf("test_engine (%d ranks, %s): %s\n", d.world_size, backend, ok ? "ok" : "FAILED");
     dist_finalize(&d);
     return ok ? 0 : 1;
 }

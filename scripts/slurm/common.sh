@@ -1,7 +1,8 @@
 # Helpers shared by the scripts in scripts/slurm/ (sourced, not run): the job banner, the
 # model arguments from the environment, the srun line, the resolved configuration, and the
-# sweep-file format. Every function assumes it runs inside a Slurm job (the calling script
-# checks SLURM_JOB_ID first) with the repository as the working directory.
+# sweep-file format. The caller sets K25_ROOT (the repository) first. The job helpers run
+# inside a Slurm job (the job scripts check SLURM_JOB_ID before sourcing this); the sweep
+# helpers also serve submit-sweep.sh on the login node.
 #
 # Environment understood by every job script:
 #   K25_MODEL=DIR        checkpoint directory             -> --model DIR
@@ -24,8 +25,9 @@ fi
 K25_DEC=${K25_DEC:-$K25_ROOT/k25dec}
 K25_BENCH=${K25_BENCH:-$K25_ROOT/k25bench}
 
-# CPUs each rank may use: what the job holds on this node divided by its ranks here (srun in
-# Slurm >= 22.05 no longer inherits --cpus-per-task from sbatch, and gives 1 CPU otherwise).
+# CPUs each rank may use: what the job holds on this node divided by its ranks here. srun in
+# Slurm 22.05 does not take --cpus-per-task from sbatch; without it a cluster that binds tasks
+# to CPUs pins each rank, and all its OpenMP threads, to one core.
 k25_cpus_per_task() {
     if [ -n "${SLURM_CPUS_PER_TASK:-}" ]; then echo "$SLURM_CPUS_PER_TASK"; return; fi
     local cpus=${SLURM_CPUS_ON_NODE:-1}
@@ -36,8 +38,9 @@ k25_cpus_per_task() {
     echo "$c"
 }
 
-# srun with PMIx (so Open MPI ranks find each other; plain srun can start N singletons) and
-# every rank seeing all GPUs of its node (the program picks one by its node-local rank).
+# srun with PMIx (so Open MPI ranks find each other; plain srun can start N singletons). No
+# per-task GPU binding: a step that asks for no GPUs of its own gets all of the job's, so every
+# rank sees all GPUs of its node and the program picks one by its node-local rank.
 k25_srun() {
     local extra=()
     [ -n "${K25_SRUN_ARGS:-}" ] && eval "extra=($K25_SRUN_ARGS)"
@@ -67,6 +70,13 @@ k25_extra_args() {
     return 0
 }
 
+# The words quoted so that the printed line can be pasted back into a shell.
+k25_quoted() {
+    local q
+    q=$(printf '%q ' "$@")
+    echo "${q% }"
+}
+
 # ---------------------------------------------------------------------------------------------
 # What the log shows before the run
 # ---------------------------------------------------------------------------------------------
@@ -74,7 +84,7 @@ k25_extra_args() {
 k25_banner() {
     echo "# $(date -Is) job ${SLURM_JOB_ID}${SLURM_ARRAY_JOB_ID:+ (array ${SLURM_ARRAY_JOB_ID} task ${SLURM_ARRAY_TASK_ID})} name ${SLURM_JOB_NAME:-?}"
     echo "# repository: $K25_ROOT (git $(git -C "$K25_ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown))"
-    echo "# nodes (${SLURM_JOB_NUM_NODES:-1}): $(scontrol show hostnames "${SLURM_JOB_NODELIST:-$(hostname)}" | tr '\n' ' ')"
+    echo "# nodes (${SLURM_JOB_NUM_NODES:-1}): $(scontrol show hostnames "${SLURM_JOB_NODELIST:-$(hostname)}" | paste -sd ' ')"
     echo "# tasks: ${SLURM_NTASKS:-1}${SLURM_NTASKS_PER_NODE:+ (${SLURM_NTASKS_PER_NODE} per node)}, $(k25_cpus_per_task) CPUs each"
     if command -v nvidia-smi >/dev/null; then
         if [ "${SLURM_JOB_NUM_NODES:-1}" -gt 1 ]; then
@@ -92,7 +102,7 @@ k25_banner() {
 # ranks with the same arguments. $1: the k25dec binary; the rest: its model/run arguments.
 k25_show_config() {
     local bin=$1; shift
-    echo "# resolved configuration: $bin $* --dump-config"
+    echo "# resolved configuration: $(k25_quoted "$bin" "$@" --dump-config)"
     k25_srun "$bin" "$@" --dump-config | sed 's/^/#   /'
 }
 

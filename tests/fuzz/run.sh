@@ -33,8 +33,9 @@ if [ $# -gt 0 ]; then targets=("$@"); else
     targets=(); for f in tests/fuzz/fuzz_*.c; do t=${f##*/fuzz_}; targets+=("${t%.c}"); done
 fi
 if [ "$build" = 1 ]; then
-    make BUILD="$BUILD" -j2 fuzz >"$BUILD.fuzz-build.log" 2>&1 || {
-        echo "make fuzz failed:"; tail -30 "$BUILD.fuzz-build.log"; exit 1; }
+    mkdir -p "$BUILD"
+    make BUILD="$BUILD" -j2 fuzz >"$BUILD/fuzz-build.log" 2>&1 || {
+        echo "make fuzz failed:"; tail -30 "$BUILD/fuzz-build.log"; exit 1; }
 fi
 # Parsers that only read files get their input through a scratch file: keep it in memory.
 [ -z "${TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ] && export TMPDIR=/dev/shm

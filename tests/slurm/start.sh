@@ -20,9 +20,19 @@ dir=$(cd "$dir" && pwd)
 if ! command -v slurmctld >/dev/null || ! command -v slurmd >/dev/null || ! command -v sbatch >/dev/null; then
     SUDO=; [ "$(id -u)" -eq 0 ] || SUDO=sudo
     echo "installing slurmctld slurmd slurm-client" >&2
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
-        slurmctld slurmd slurm-client >&2
+    # The packages' scripts would start system daemons from /etc/slurm: a policy-rc.d that
+    # refuses service starts (as container images have) keeps them off while installing.
+    policy=
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+        $SUDO chmod +x /usr/sbin/policy-rc.d
+        policy=1
+    fi
+    { $SUDO apt-get update -qq &&
+        DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+            slurmctld slurmd slurm-client >&2; } || status=$?
+    [ -z "$policy" ] || $SUDO rm -f /usr/sbin/policy-rc.d
+    [ -z "${status:-}" ] || exit "$status"
 fi
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# The GPU test suite (needs a CUDA GPU; `make CUDA=1 test-gpu` builds and runs it):
+#   1. every backend op against the CPU reference (tests/gpu_ops) at the tiny configs and at
+#      Kimi-K2.5's per-rank shapes for TP8 and TP2 (one GPU simulates one rank's slice);
+#   2. the golden tiny models through k25dec --backend cuda against the transformers reference
+#      logits (cosine >= 0.999 per row, >= 16 greedy tokens equal), with and without CUDA
+#      graphs, on 1 rank and on 2 ranks when 2 GPUs are visible;
+#   3. a full-dimension synthetic Kimi-K2.5 (K25_FULL_LAYERS layers, default 8) decoding on one
+#      GPU with finite logits, and its time per token and per MoE layer at batch 1.
+# Each check prints one line ("ok"/"FAIL"); a failure does not stop the others. Logs of every
+# check are appended to $K25_GPU_LOG (default $BUILD/gpu-tests.log). Ends with
+# "N passed, N failed" and exits non-zero on any failure.
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+LOG=${K25_GPU_LOG:-$BUILD/gpu-tests.log}
+K25=${K25_DEC:-./k25dec}
+OPS=${K25_GPU_OPS:-$BUILD/tests/gpu_ops}
+FULL_LAYERS=${K25_FULL_LAYERS:-8}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+mkdir -p "$(dirname "$LOG")"
+: >"$LOG"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0; fail=0; failed=()
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+echo "# GPUs visible: $ngpu; log: $LOG"
+
+# check NAME TIMEOUT CMD...: runs CMD, logs its output, one result line.
+check() {
+    local name=$1 limit=$2; shift 2
+    local start=$(date +%s) out="$tmp/$name.out"
+    { echo; echo "===== $name: $*"; } >>"$LOG"
+    timeout "$limit" "$@" >"$out" 2>&1
+    local rc=$?
+    cat "$out" >>"$LOG"
+    local secs=$(( $(date +%s) - start ))
+    if [ $rc -eq 0 ]; then
+        pass=$((pass + 1)); echo "ok   $name (${secs}s) $(grep -E 'passed|worst cosine|per MoE layer' "$out" | tail -1)"
+    else
+        fail=$((fail + 1)); failed+=("$name")
+        echo "FAIL $name (rc $rc, ${secs}s)"
+        grep -E '^FAIL|error|Error' "$out" | head -12 | sed 's/^/     /'
+        tail -4 "$out" | sed 's/^/     | /'
+    fi
+}
+
+# ---- 1. ops against the CPU reference ----
+if [ -x "$OPS" ]; then
+    check ops_tiny 300 "$OPS" --config config/tiny.ini
+    check ops_tiny_tp2_r1 300 "$OPS" --config config/tiny.ini --tp 2 --rank 1 --rows 1,5,33
+    check ops_tiny_tp4_r3 300 "$OPS" --config config/tiny.ini --tp 4 --rank 3 --rows 1,7
+    check ops_group_tp2_r0 300 "$OPS" --config config/tiny_group.ini --tp 2 --rank 0 --rows 1,9,40
+    check ops_kimi_tp8_r3 600 "$OPS" --config config/kimi_k25.ini --tp 8 --rank 3 \
+        --set model.num_hidden_layers=2 --rows 1,5,16,67 --ctx 600
+    check ops_kimi_tp2_r1 600 "$OPS" --config config/kimi_k25.ini --tp 2 --rank 1 \
+        --set model.num_hidden_layers=2 --set model.vocab_size=32768 --rows 1,4 --ctx 300
+else
+    fail=$((fail + 1)); failed+=(gpu_ops); echo "FAIL gpu_ops: $OPS not built (make CUDA=1)"
+fi
+
+# ---- 2. golden models ----
+golden() { # golden NAME DIR NP [ENV...]
+    local name=$1 dir=$2 np=$3; shift 3
+    local prompt n_gen n_prompt
+    prompt=$(awk '$1 == "prompt" { $1 = ""; print }' "$dir/tokens.txt" | xargs | tr ' ' ',')
+    n_prompt=$(awk '$1 == "prompt" { print NF - 1 }' "$dir/tokens.txt")
+    n_gen=$(awk '$1 == "continuation" { print NF - 1 }' "$dir/tokens.txt")
+    check "$name" 300 env "$@" bash -c "mpirun -np $np $K25 --model $dir --backend cuda --tokens $prompt \
+        -n $n_gen --temp 0 --threads 1 --dump-logits $tmp/$name.k25logits >$tmp/$name.stdout && \
+        python3 tests/py/compare_gpu.py $dir/reference.k25logits $tmp/$name.k25logits \
+        --n-prompt $n_prompt --min-cos 0.999 --min-gen 16 --label $name"
+}
+if [ -x "$K25" ]; then
+    for d in tests/data/golden_tiny tests/data/golden_group; do
+        [ -f "$d/reference.k25logits" ] || continue
+        n=$(basename "$d")
+        golden "${n}_np1_graph" "$d" 1
+        golden "${n}_np1_nograph" "$d" 1 K25_NO_GRAPH=1
+        if [ "$ngpu" -ge 2 ]; then golden "${n}_np2_graph" "$d" 2; fi
+    done
+
+    # ---- 3. full-dimension synthetic model ----
+    full() {
+        local name=$1; shift
+        check "$name" 600 bash -c "$K25 --config config/kimi_k25.ini --synthetic 1 --backend cuda \
+            --set model.num_hidden_layers=$FULL_LAYERS --set run.ctx_size=1024 $* \
+            --tokens 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16 -n 32 --temp 0 --print-ids \
+            --dump-logits $tmp/$name.k25logits 2>&1 && python3 - $tmp/$name.k25logits $FULL_LAYERS <<'PY'
+import struct, sys, numpy as np
+d = open(sys.argv[1], 'rb').read(); v, n = struct.unpack_from('<II', d, 12)
+rows = [np.frombuffer(d, np.float32, v, 24 + i * (8 + 4 * v) + 8) for i in range(n)]
+bad = sum(int(not np.isfinite(r).all()) for r in rows)
+print(f'{n} logit rows, {bad} with NaN/Inf')
+sys.exit(1 if bad or n == 0 else 0)
+PY"
+    }
+    full "full_${FULL_LAYERS}layers_graph"
+    grep -h 'eval time' "$LOG" | tail -1 | awk -v L="$FULL_LAYERS" '{
+        for (i = 1; i <= NF; i++) if ($i == "ms" && $(i+1) == "per") ms = $(i-1);
+        if (ms != "") printf "     full model, batch 1: %s ms per token over %d layers (%.3f ms per layer incl. lm_head share)\n", ms, L, ms / L }'
+else
+    fail=$((fail + 1)); failed+=(k25dec); echo "FAIL k25dec: $K25 not built"
+fi
+
+echo "$pass passed, $fail failed${failed[*]:+ (${failed[*]})}"
+[ "$fail" -eq 0 ]

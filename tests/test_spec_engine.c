@@ -1,0 +1,317 @@
+// Greedy speculative decoding inside continuous batching: requests with different prompts
+// (some repetitive, so the n-gram draft finds matches), lengths and EOS handling go through the
+// engine with every draft source and several batch sizes, draft lengths, prefill chunks and row
+// limits, and every request's tokens and finish reason must equal what a plain loop over
+// model_step produces for it alone (one token per step, no engine, no draft). Also: 256
+// sequences at once against the plain engine, the cache accounting after every step, and the
+// acceptance counters (a draft equal to the target accepts everything).
+//
+// Draft sources: ngram, ngram:1, model:config/tiny_draft.ini@7 (a smaller model), the target
+// itself as its draft (model:config/tiny.ini@1), and two synthetic EAGLE-3 heads (full and
+// reduced draft vocabulary, norm-before-residual variant) written by
+// spec_eagle3_write_synthetic. Model: config/tiny.ini, synthetic seed 1, CPU backend. Runs on 1
+// rank (tests/run.sh) and 2 ranks (tests/t_spec_greedy.sh); the ranks must agree on every token.
+#include <string.h>
+#include <unistd.h>
+
+#include "engine.h"
+#include "instance.h"
+#include "spec.h"
+
+static int n_fail = 0;
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            n_fail++;                                                                              \
+            fprintf(stderr, "FAIL rank %d %s:%d: %s: ", k25_log_rank, __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                                          \
+            fputc('\n', stderr);                                                                   \
+        }                                                                                          \
+    } while (0)
+
+#define N_REQ 12
+#define KV_BLOCK 4
+#define CTX 512
+#define MAX_SEQS 8
+#define K_MAX 4
+#define MAX_ROWS (MAX_SEQS * (K_MAX + 1) + 16)
+#define BIG 256
+
+typedef struct test_req {
+    int32_t prompt[48];
+    int n_prompt, max_new, ignore_eos;
+    int32_t ref[40];      // tokens of the request run alone
+    int n_ref;
+} test_req;
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static int rnd(int n) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (int)(rng_state % (uint64_t)n);
+}
+
+// ------------------------------------------------------------------------------------------
+// Reference: one request alone, greedy, straight on model_step
+// ------------------------------------------------------------------------------------------
+
+static void run_alone(k25_model *m, const k25_config *eos_cfg, test_req *r) {
+    int mbps = CTX / KV_BLOCK;
+    int32_t *table = k25_malloc(sizeof(int32_t) * MAX_SEQS * mbps);
+    for (int i = 0; i < MAX_SEQS * mbps; i++) table[i] = -1;
+    int slot = 5;
+    for (int i = 0; i < mbps; i++) table[slot * mbps + i] = i;
+    int32_t tok[48], pos[48], seq[48];
+    for (int i = 0; i < r->n_prompt; i++) tok[i] = r->prompt[i], pos[i] = i, seq[i] = slot;
+    k25_batch b = {.T = r->n_prompt, .tokens = tok, .pos = pos, .seq = seq,
+                   .block_table = table, .max_seqs = MAX_SEQS, .max_blocks_per_seq = mbps};
+    int32_t row = r->n_prompt - 1, out;
+    k25_sampling sp = {.temp = 0, .top_p = 1};
+    r->n_ref = 0;
+    for (;;) {
+        model_step(m, &b, &row, 1, &sp, &out, NULL);
+        r->ref[r->n_ref++] = out;
+        if ((!r->ignore_eos && config_is_eos(eos_cfg, out)) || r->n_ref == r->max_new) break;
+        tok[0] = out;
+        pos[0] = r->n_prompt + r->n_ref - 1;
+        b.T = 1;
+        row = 0;
+    }
+    free(table);
+}
+
+// ------------------------------------------------------------------------------------------
+// Engine runs
+// ------------------------------------------------------------------------------------------
+
+typedef struct run_opts {
+    int max_batch, prefill_chunk, max_rows;
+} run_opts;
+
+static k25_engine *new_engine(k25_model *m, const k25_config *cfg, const run_opts *ro) {
+    char err[K25_ERR_LEN] = "";
+    k25_engine_opts o = {.max_batch = ro->max_batch, .prefill_chunk = ro->prefill_chunk,
+                         .max_rows = ro->max_rows, .kv_block = KV_BLOCK, .ctx_size = CTX};
+    k25_engine *e = engine_create(m, cfg, &o, err);
+    if (!e) K25_DIE("engine_create: %s", err);
+    return e;
+}
+
+// Runs every request through an engine (spec or NULL), checking the limits and the cache after
+// every step; tokens and finish reasons must match the references.
+static void run_engine(k25_model *m, const k25_config *eos_cfg, test_req *reqs, int n,
+                       const run_opts *ro, k25_spec *sp, const char *name) {
+    char err[K25_ERR_LEN] = "";
+    k25_engine *e = new_engine(m, eos_cfg, ro);
+    engine_set_spec(e, sp);
+    for (int i = 0; i < n; i++) {
+        k25_request q = {.prompt = reqs[i].prompt, .n_prompt = reqs[i].n_prompt,
+                         .max_new = reqs[i].max_new, .sampling = {.temp = 0, .top_p = 1},
+                         .ignore_eos = reqs[i].ignore_eos};
+        CHECK(engine_submit(e, &q, err) == i, "%s: submit %d: %s", name, i, err);
+    }
+    while (engine_step(e)) {
+        const k25_step_info *si = engine_last_step(e);
+        CHECK(si->n_decode + si->n_prefill <= ro->max_rows, "%s: %d rows", name,
+              si->n_decode + si->n_prefill);
+        CHECK(si->n_prefill <= ro->prefill_chunk, "%s: %d prefill rows", name, si->n_prefill);
+        if (kvcache_check(engine_cache(e), err) != 0) CHECK(0, "%s: %s", name, err);
+    }
+    const k25_kvcache *kv = engine_cache(e);
+    CHECK(kv->n_free == kv->n_blocks && kv->owed == 0, "%s: %d of %d blocks free at the end",
+          name, kv->n_free, kv->n_blocks);
+    for (int i = 0; i < n; i++) {
+        const k25_seq_record *rec = engine_record(e, i);
+        test_req *r = &reqs[i];
+        int k = 0;
+        while (k < rec->n_tokens && k < r->n_ref && rec->tokens[k] == r->ref[k]) k++;
+        CHECK(k == r->n_ref && k == rec->n_tokens,
+              "%s: request %d (prompt %d, max_new %d): %d tokens, reference %d; first "
+              "difference at %d", name, i, r->n_prompt, r->max_new, rec->n_tokens, r->n_ref, k);
+        k25_finish want = r->n_ref < r->max_new || (!r->ignore_eos &&
+                                                    config_is_eos(eos_cfg, r->ref[r->n_ref - 1]))
+                              ? K25_FINISH_EOS : K25_FINISH_LENGTH;
+        CHECK(rec->finish == want, "%s: request %d finished %d, expected %d", name, i,
+              rec->finish, want);
+    }
+    engine_free(e);
+}
+
+// ------------------------------------------------------------------------------------------
+// main
+// ------------------------------------------------------------------------------------------
+
+static k25_spec *make_spec(const char *src, int k, int max_seqs, int max_rows,
+                           k25_instance *in, const k25_config *cfg, const k25_dist *d) {
+    char err[K25_ERR_LEN] = "";
+    k25_spec_opts so = {.k = k, .max_seqs = max_seqs, .max_rows = max_rows, .ctx_size = CTX,
+                        .kv_block = KV_BLOCK, .backend = "cpu", .threads = 1};
+    k25_spec *sp = spec_create(src, in->m, &in->w, cfg, d, &so, err);
+    if (!sp) K25_DIE("spec_create %s: %s", src, err);
+    return sp;
+}
+
+int main(int argc, char **argv) {
+    k25_dist d;
+    dist_init(&d, &argc, &argv);
+    char err[K25_ERR_LEN] = "";
+    k25_config cfg;
+    config_init_defaults(&cfg);
+    if (config_load_ini(&cfg, "config/tiny.ini", err) != 0) K25_DIE("%s", err);
+    cfg.threads = 1;
+    if (instance_setup_dist(&d, &cfg, err) != 0) K25_DIE("%s", err);
+    k25_instance in;
+    int big_rows = BIG * 3 + 16;
+    k25_instance_opts io = {.synth_seed = 1, .backend = "cpu",
+                            .model = {.max_seqs = BIG, .max_rows = big_rows,
+                                      .kv_block = KV_BLOCK,
+                                      .n_blocks = BIG * 16 > MAX_SEQS * CTX / KV_BLOCK
+                                                      ? BIG * 16 : MAX_SEQS * CTX / KV_BLOCK}};
+    if (instance_open(&in, &cfg, &d, &io, err) != 0) K25_DIE("%s", err);
+
+    // Synthetic EAGLE-3 heads, written once by rank 0 into a directory every rank reads.
+    char dir[256] = "/tmp/k25-spec-test-XXXXXX", eg1[300], eg2[300];
+    if (d.world_rank == 0 && !mkdtemp(dir)) K25_DIE("mkdtemp failed");
+    MPI_CHECK(MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, d.world));
+    snprintf(eg1, sizeof eg1, "%s/eagle_full", dir);
+    snprintf(eg2, sizeof eg2, "%s/eagle_d2t", dir);
+    if (d.world_rank == 0) {
+        k25_eagle3_synth o1 = {.seed = 11, .n_aux = 3, .aux_ids = {0, 1, 2}};
+        k25_eagle3_synth o2 = {.seed = 12, .draft_vocab = 128, .own_embed = 1,
+                               .intermediate = 192, .norm_before_residual = 1};
+        if (spec_eagle3_write_synthetic(eg1, &cfg, &o1, err) ||
+            spec_eagle3_write_synthetic(eg2, &cfg, &o2, err))
+            K25_DIE("%s", err);
+    }
+    MPI_CHECK(MPI_Barrier(d.world));
+
+    // Requests: prompts of 1..40 tokens (every other one a short pattern repeated), 1..30 new.
+    static test_req reqs[N_REQ];
+    for (int i = 0; i < N_REQ; i++) {
+        test_req *r = &reqs[i];
+        r->n_prompt = i == 0 ? 1 : 2 + rnd(39);
+        r->max_new = i == 1 ? 1 : 2 + rnd(29);
+        int period = 2 + rnd(4);
+        for (int j = 0; j < r->n_prompt; j++)
+            r->prompt[j] = i % 2 && j >= period ? r->prompt[j - period] : rnd(256);
+        r->ignore_eos = 1;
+    }
+    // EOS: a middle token of a long greedy run becomes an end-of-sequence id for the requests
+    // that honour EOS, so verification meets EOS inside a run of accepted tokens.
+    k25_config eos_cfg = cfg;
+    reqs[4].max_new = 30;
+    run_alone(in.m, &eos_cfg, &reqs[4]);
+    eos_cfg.eos_ids[eos_cfg.eos_ids_n++] = reqs[4].ref[9];
+    for (int i = 4; i < N_REQ; i += 3) reqs[i].ignore_eos = 0;
+    int n_eos = 0;
+    for (int i = 0; i < N_REQ; i++) {
+        run_alone(in.m, &eos_cfg, &reqs[i]);
+        n_eos += reqs[i].n_ref < reqs[i].max_new;
+    }
+    CHECK(n_eos >= 1, "no request stops at EOS: the EOS path is not exercised");
+
+    char src_eg1[320], src_eg2[320];
+    snprintf(src_eg1, sizeof src_eg1, "eagle3:%s", eg1);
+    snprintf(src_eg2, sizeof src_eg2, "eagle3:%s", eg2);
+    struct { const char *src; int full_accept; } sources[] = {
+        {"ngram", 0}, {"ngram:1", 0}, {"model:config/tiny_draft.ini@7", 0},
+        {"model:config/tiny.ini@1", 1}, {src_eg1, 0}, {src_eg2, 0},
+    };
+    // (batch, prefill chunk, row limit, k): one at a time; small chunks; a row limit that
+    // leaves little room for drafts; a full batch with every draft.
+    struct { run_opts ro; int k; } runs[] = {
+        {{1, 7, 8}, 1},
+        {{3, 5, 3 * 4 + 5}, 3},
+        {{8, 16, 11}, 4},
+        {{8, 16, MAX_ROWS}, 4},
+    };
+    for (size_t s = 0; s < sizeof sources / sizeof sources[0]; s++) {
+        for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+            k25_spec *sp = make_spec(sources[s].src, runs[r].k, MAX_SEQS, MAX_ROWS, &in, &cfg, &d);
+            char name[400];
+            snprintf(name, sizeof name, "%s, batch %d, chunk %d, rows %d, k %d", sources[s].src,
+                     runs[r].ro.max_batch, runs[r].ro.prefill_chunk, runs[r].ro.max_rows,
+                     runs[r].k);
+            run_engine(in.m, &eos_cfg, reqs, N_REQ, &runs[r].ro, sp, name);
+            const k25_spec_stats *st = spec_stats(sp);
+            CHECK(st->emitted == st->rounds + st->accepted && st->accepted <= st->drafted,
+                  "%s: counters: %ld rounds, %ld drafted, %ld accepted, %ld emitted", name,
+                  st->rounds, st->drafted, st->accepted, st->emitted);
+            if (sources[s].full_accept)
+                CHECK(st->drafted > 0 && st->accepted == st->drafted,
+                      "%s: the target as its own draft: %ld of %ld drafts accepted", name,
+                      st->accepted, st->drafted);
+            if (strncmp(sources[s].src, "ngram", 5))
+                CHECK(st->drafted > 0, "%s: nothing drafted", name);
+            if (d.world_rank == 0)
+                printf("%-70s %4ld rounds %4ld drafted %4ld accepted\n", name, st->rounds,
+                       st->drafted, st->accepted);
+            spec_free(sp);
+        }
+    }
+    int ngram_hits = 0;
+    {
+        // The n-gram draft must have found something in the repetitive prompts.
+        k25_spec *sp = make_spec("ngram", 3, MAX_SEQS, MAX_ROWS, &in, &cfg, &d);
+        run_opts ro = {4, 16, 4 * 4 + 16};
+        run_engine(in.m, &eos_cfg, reqs, N_REQ, &ro, sp, "ngram, batch 4");
+        ngram_hits = spec_stats(sp)->drafted > 0;
+        spec_free(sp);
+    }
+    CHECK(ngram_hits, "the n-gram draft never proposed anything");
+
+    // 256 sequences at once: speculative against the plain engine.
+    {
+        static test_req big[BIG];
+        for (int i = 0; i < BIG; i++) {
+            big[i].n_prompt = 2 + rnd(4);
+            big[i].max_new = 2 + rnd(5);
+            big[i].ignore_eos = 1;
+            for (int j = 0; j < big[i].n_prompt; j++) big[i].prompt[j] = rnd(256);
+        }
+        run_opts ro = {BIG, 64, big_rows};
+        k25_engine *e = new_engine(in.m, &cfg, &ro);
+        for (int i = 0; i < BIG; i++) {
+            k25_request q = {.prompt = big[i].prompt, .n_prompt = big[i].n_prompt,
+                             .max_new = big[i].max_new, .sampling = {.temp = 0, .top_p = 1},
+                             .ignore_eos = 1};
+            if (engine_submit(e, &q, err) != i) K25_DIE("%s", err);
+        }
+        engine_run(e);
+        for (int i = 0; i < BIG; i++) {
+            const k25_seq_record *rec = engine_record(e, i);
+            big[i].n_ref = rec->n_tokens;
+            memcpy(big[i].ref, rec->tokens, sizeof(int32_t) * (size_t)rec->n_tokens);
+        }
+        engine_free(e);
+        const char *srcs[] = {"ngram:1", "model:config/tiny.ini@1"};
+        for (int s = 0; s < 2; s++) {
+            k25_spec *sp = make_spec(srcs[s], 2, BIG, big_rows, &in, &cfg, &d);
+            char name[128];
+            snprintf(name, sizeof name, "%s, %d sequences", srcs[s], BIG);
+            run_engine(in.m, &cfg, big, BIG, &ro, sp, name);
+            if (s == 1) CHECK(spec_stats(sp)->accepted > 0, "%s: nothing accepted", name);
+            spec_free(sp);
+        }
+    }
+
+    // Every rank saw the same tokens.
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < N_REQ; i++)
+        for (int j = 0; j < reqs[i].n_ref; j++) h = (h ^ (uint64_t)reqs[i].ref[j]) * 1099511628211ull;
+    uint64_t h0 = h;
+    MPI_CHECK(MPI_Bcast(&h0, 1, MPI_UINT64_T, 0, d.world));
+    CHECK(h0 == h, "rank %d generated different tokens from rank 0", d.world_rank);
+
+    int ok = dist_all_ok(&d, n_fail == 0);
+    if (d.world_rank == 0) {
+        char cmd[400];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", dir);
+        printf("test_spec_engine (%d ranks): %s\n", d.world_size, ok ? "ok" : "FAILED");
+    }
+    instance_close(&in);
+    dist_finalize(&d);
+    return ok ? 0 : 1;
+}
