@@ -29,6 +29,7 @@
 #include "op_profile.h"
 #include "pipeline.h"
 #include "serve_metrics.h"
+#include "spec.h"
 
 #ifdef K25_CUDA
 #include <nccl.h>
@@ -36,6 +37,7 @@
 
 #define MAX_LEVELS 32
 #define MAX_SETS 64
+#define MAX_SPEC_MODES 16
 
 typedef struct bench_args {
     const char *model_dir, *config_file, *backend, *json, *plot;
@@ -53,6 +55,13 @@ typedef struct bench_args {
     int profile_steps;
     int warmup;
     int help;
+    // speculative decoding: draft, k, and the runs per level (the real draft, or the
+    // controlled-acceptance oracle at rate alpha)
+    const char *spec_draft;
+    int spec_k;
+    int n_spec_modes;
+    int spec_oracle[MAX_SPEC_MODES];
+    double spec_alpha[MAX_SPEC_MODES];
 } bench_args;
 
 static void usage(FILE *f) {
@@ -82,6 +91,14 @@ static void usage(FILE *f) {
         "  --no-warmup             skip the short warm-up run before each level\n"
         "  --profile-steps N       decode steps timed per operation group at each level after\n"
         "                          the measured run (default 3; 0: no breakdown)\n"
+        "speculative decoding (each level runs plain, then with drafts; greedy):\n"
+        "  --spec-draft SRC        ngram[:N], model:DIR, model:FILE.ini[@SEED] or eagle3:DIR\n"
+        "  --spec-k K              tokens drafted per step (default 3)\n"
+        "  --spec-accept LIST      controlled acceptance, e.g. draft,0.5,0.8,1: for each number\n"
+        "                          alpha a run whose drafts (computed for real by SRC) are then\n"
+        "                          replaced by the plain run's token with probability alpha and\n"
+        "                          by a wrong one otherwise; 'draft' = SRC's own tokens\n"
+        "                          (default: draft)\n"
         "output:\n"
         "  --json FILE             one JSON object per level (rewritten after each level)\n"
         "  --plot FILE.png         output tok/s and TPOT against concurrency (needs python3 +\n"
@@ -181,6 +198,29 @@ static int parse_args(int argc, char **argv, bench_args *a, char *err) {
         } else if (!strcmp(f, "--profile-steps")) {
             if (parse_int(val, 0, 1000, &v)) return k25_err(err, "--profile-steps: bad '%s'", val);
             a->profile_steps = (int)v;
+        } else if (!strcmp(f, "--spec-draft")) {
+            a->spec_draft = val;
+        } else if (!strcmp(f, "--spec-k")) {
+            if (parse_int(val, 1, K25_SPEC_MAX_K, &v))
+                return k25_err(err, "--spec-k: '%s' is not in 1..%d", val, K25_SPEC_MAX_K);
+            a->spec_k = (int)v;
+        } else if (!strcmp(f, "--spec-accept")) {
+            char buf[512];
+            snprintf(buf, sizeof buf, "%s", val);
+            a->n_spec_modes = 0;
+            for (char *save, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                if (a->n_spec_modes == MAX_SPEC_MODES)
+                    return k25_err(err, "--spec-accept: more than %d runs", MAX_SPEC_MODES);
+                int m = a->n_spec_modes++;
+                char *end;
+                a->spec_oracle[m] = strcmp(t, "draft") != 0;
+                a->spec_alpha[m] = a->spec_oracle[m] ? strtod(t, &end) : 0;
+                if (a->spec_oracle[m] && (end == t || *end || !(a->spec_alpha[m] >= 0 &&
+                                                                  a->spec_alpha[m] <= 1)))
+                    return k25_err(err, "--spec-accept: '%s' is not 'draft' or a rate in [0, 1]",
+                                   t);
+            }
+            if (a->n_spec_modes == 0) return k25_err(err, "--spec-accept: empty list");
         } else if (!strcmp(f, "--json")) {
             a->json = val;
         } else if (!strcmp(f, "--plot")) {
@@ -195,6 +235,10 @@ static int parse_args(int argc, char **argv, bench_args *a, char *err) {
         return k25_err(err, "--model and --config both given: choose one");
     if (a->config_file && !a->synthetic)
         return k25_err(err, "--config %s has no weights: add --synthetic SEED", a->config_file);
+    if ((a->spec_k || a->n_spec_modes) && !a->spec_draft)
+        return k25_err(err, "--spec-k / --spec-accept need --spec-draft");
+    if (a->spec_draft && !a->spec_k) a->spec_k = 3;
+    if (a->spec_draft && !a->n_spec_modes) a->n_spec_modes = 1; // the draft's own tokens
     return 0;
 }
 
@@ -577,14 +621,31 @@ typedef struct level_result {
     int prof_batch, prof_steps, prof_ctx;
     double prof_step_ms;
     double prof_ms[K25_OPG_N];         // per step
+    struct spec_run *spec;             // [n_spec] speculative runs of the level
+    int n_spec;
 } level_result;
+
+// Every engine on the model uses the model's slot count as its block-table height, so the
+// batch geometry the backend sees never changes between levels.
+static int model_slots;
+
+// Speculative decoding (set by main when --spec-draft is given): rows each decoding sequence
+// may need, the spec measure() attaches, where measure() copies the tokens of each request
+// (the oracle's reference), and the model_step time of the last measured run.
+static int rows_per_seq = 1;
+static k25_spec *bench_spec;
+static int32_t **keep_tokens;
+static double measured_step_ms;
+static const char *spec_kind = "";
+static cJSON *spec_json(const level_result *res, const bench_args *a);
 
 static k25_engine *new_engine(k25_model *m, const k25_config *c, int conc, int prefill_first) {
     char err[K25_ERR_LEN];
     k25_engine_opts o;
     engine_opts_from_config(c, &o);
     o.max_batch = conc;
-    o.max_rows = conc + c->prefill_chunk;
+    o.max_seqs = model_slots;
+    o.max_rows = conc * rows_per_seq + c->prefill_chunk;
     o.prefill_first = prefill_first;
     k25_engine *e = engine_create(m, c, &o, err);
     if (!e) K25_DIE("%s", err);
@@ -595,6 +656,7 @@ static k25_engine *new_engine(k25_model *m, const k25_config *c, int conc, int p
 // out of the measured run.
 static void warm_up(k25_model *m, const k25_config *c, const workload *w, int conc) {
     k25_engine *e = new_engine(m, c, conc, 0);
+    if (bench_spec) engine_set_spec(e, bench_spec);
     workload s = *w;
     int n = conc < w->n ? conc : w->n;
     int *n_in = k25_malloc(sizeof(int) * (size_t)n);
@@ -610,12 +672,15 @@ static void warm_up(k25_model *m, const k25_config *c, const workload *w, int co
 static void measure(k25_model *m, const k25_config *c, const workload *w, int conc,
                     const k25_dist *d, level_result *res) {
     k25_engine *e = new_engine(m, c, conc, 0);
+    if (bench_spec) engine_set_spec(e, bench_spec);
     MPI_CHECK(MPI_Barrier(d->world));
     submit_all(e, w, c, INT_MAX, w->n);
     double t0 = k25_now_ms(), t_report = t0;
     long decode_rows = 0, rows = 0;
+    measured_step_ms = 0;
     while (engine_busy(e) && engine_step(e)) {
         const k25_step_info *si = engine_last_step(e);
+        measured_step_ms += si->ms;
         decode_rows += si->n_decode;
         rows += si->n_decode + si->n_prefill;
         double now = k25_now_ms();
@@ -634,6 +699,12 @@ static void measure(k25_model *m, const k25_config *c, const workload *w, int co
     res->steps = engine_steps(e);
     res->mean_decode_rows = res->steps ? (double)decode_rows / res->steps : 0;
     res->mean_rows = res->steps ? (double)rows / res->steps : 0;
+    for (int i = 0; keep_tokens && i < w->n; i++) {
+        const k25_seq_record *r = engine_record(e, i);
+        keep_tokens[i] = k25_malloc(sizeof(int32_t) * (size_t)(r->n_tokens + 1));
+        memcpy(keep_tokens[i], r->tokens, sizeof(int32_t) * (size_t)r->n_tokens);
+        keep_tokens[i][r->n_tokens] = -1;
+    }
     engine_free(e);
 }
 
@@ -806,6 +877,7 @@ static char *level_json(const level_result *r, const run_desc *d, const bench_ar
     cJSON_AddNumberToObject(o, "engine_steps", (double)r->steps);
     cJSON_AddNumberToObject(o, "mean_decode_rows", r->mean_decode_rows);
     cJSON_AddNumberToObject(o, "mean_rows", r->mean_rows);
+    if (r->n_spec) cJSON_AddItemToObject(o, "speculative", spec_json(r, a));
     if (r->have_profile) {
         cJSON *p = cJSON_AddObjectToObject(o, "decode_profile");
         cJSON_AddNumberToObject(p, "batch", r->prof_batch);
@@ -848,6 +920,133 @@ static void make_plot(const char *script, const char *json, const char *png) {
         k25_log("k25bench: plot written to %s\n", png);
     else
         k25_log("k25bench: warning: plotting failed (%s): no plot\n", cmd);
+}
+
+// ------------------------------------------------------------------------------------------
+// Speculative decoding: the level's workload again with drafts, against the plain run
+// ------------------------------------------------------------------------------------------
+
+typedef struct spec_run {
+    int oracle;                        // controlled acceptance at rate alpha, else the draft
+    double alpha;
+    k25_serve_metrics m;
+    k25_spec_stats st;
+    double step_ms;                    // model_step time of the run (the target's steps)
+} spec_run;
+
+// The plain run's token of request id at index (-1 past its end).
+static int32_t ref_token(void *ctx, int id, int index) {
+    int32_t *const *ref = ctx;
+    for (int i = 0; i <= index; i++)
+        if (ref[id][i] < 0) return -1;
+    return ref[id][index];
+}
+
+// Tokens per verification a draft accepting each token with probability alpha reaches:
+// (1 - alpha^(k+1)) / (1 - alpha) (../shared/PERF.md §7).
+static double expected_len(double alpha, int k) {
+    return alpha >= 1 ? k + 1 : (1 - pow(alpha, k + 1)) / (1 - alpha);
+}
+
+static void spec_level(const bench_args *a, k25_spec *sp, k25_model *m, const k25_config *c,
+                       const workload *w, int conc, const k25_dist *d, int32_t **ref,
+                       level_result *res) {
+    res->n_spec = a->n_spec_modes;
+    res->spec = k25_calloc((size_t)res->n_spec, sizeof(spec_run));
+    bench_spec = sp;
+    for (int i = 0; i < res->n_spec; i++) {
+        spec_run *r = &res->spec[i];
+        r->oracle = a->spec_oracle[i];
+        r->alpha = a->spec_alpha[i];
+        spec_set_oracle(sp, r->alpha, r->oracle ? ref_token : NULL, ref);
+        if (a->warmup) warm_up(m, c, w, conc);
+        spec_reset_stats(sp);
+        level_result lr = {0};
+        measure(m, c, w, conc, d, &lr);
+        r->m = lr.m;
+        r->st = *spec_stats(sp);
+        r->step_ms = measured_step_ms;
+        char what[64];
+        if (r->oracle) snprintf(what, sizeof what, "oracle alpha %.2f", r->alpha);
+        else snprintf(what, sizeof what, "draft");
+        k25_log("k25bench: concurrency %d, speculative (%s): %.2f out tok/s, accepted length "
+                "%.2f\n", conc, what, r->m.out_tok_per_s,
+                r->st.rounds ? (double)r->st.emitted / r->st.rounds : 0.0);
+    }
+    spec_set_oracle(sp, 0, NULL, NULL);
+    bench_spec = NULL;
+}
+
+static double accept_len(const spec_run *r) {
+    return r->st.rounds ? (double)r->st.emitted / r->st.rounds : 0;
+}
+static double draft_pct(const spec_run *r) {
+    double t = r->st.draft_ms + r->step_ms;
+    return t > 0 ? 100 * r->st.draft_ms / t : 0;
+}
+
+static void print_spec_table(const level_result *res, int n, const bench_args *a) {
+    const char *kind = spec_kind;
+    printf("\n# speculative decoding: draft %s (%s), k %d; speedup = spec / plain output tok/s; "
+           "accept len = tokens per verification (bonus included), expected = (1-a^(k+1))/(1-a) "
+           "for oracle runs; draft %% = draft time / (draft + target step time)\n",
+           a->spec_draft, kind, a->spec_k);
+    printf("| conc | run | plain tok/s | spec tok/s | speedup | plain TPOT | spec TPOT | "
+           "accept len | expected | draft %% |\n");
+    printf("| ---: | :-- | ----------: | ---------: | ------: | ---------: | --------: | "
+           "---------: | -------: | ------: |\n");
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < res[i].n_spec; j++) {
+            const spec_run *r = &res[i].spec[j];
+            char run[32], exp[32];
+            if (r->oracle) {
+                snprintf(run, sizeof run, "oracle %.2f", r->alpha);
+                snprintf(exp, sizeof exp, "%.2f", expected_len(r->alpha, a->spec_k));
+            } else {
+                snprintf(run, sizeof run, "draft");
+                snprintf(exp, sizeof exp, "-");
+            }
+            double plain = res[i].m.out_tok_per_s;
+            printf("| %4d | %-11s | %11.2f | %10.2f | %6.2fx | %10.2f | %9.2f | %10.2f | %8s | "
+                   "%6.1f%% |\n", res[i].m.concurrency, run, plain, r->m.out_tok_per_s,
+                   plain > 0 ? r->m.out_tok_per_s / plain : 0, res[i].m.tpot_ms.mean,
+                   r->m.tpot_ms.mean, accept_len(r), exp, draft_pct(r));
+        }
+    fflush(stdout);
+}
+
+static cJSON *spec_json(const level_result *res, const bench_args *a) {
+    const char *kind = spec_kind;
+    cJSON *arr = cJSON_CreateArray();
+    for (int j = 0; j < res->n_spec; j++) {
+        const spec_run *r = &res->spec[j];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "draft", a->spec_draft);
+        cJSON_AddStringToObject(o, "draft_kind", kind);
+        cJSON_AddNumberToObject(o, "k", a->spec_k);
+        cJSON_AddStringToObject(o, "mode", r->oracle ? "oracle" : "draft");
+        if (r->oracle) {
+            cJSON_AddNumberToObject(o, "alpha", r->alpha);
+            cJSON_AddNumberToObject(o, "expected_accept_len", expected_len(r->alpha, a->spec_k));
+        }
+        cJSON_AddNumberToObject(o, "output_throughput", r->m.out_tok_per_s);
+        cJSON_AddNumberToObject(o, "total_token_throughput", r->m.total_tok_per_s);
+        cJSON_AddNumberToObject(o, "speedup", res->m.out_tok_per_s > 0
+                                                  ? r->m.out_tok_per_s / res->m.out_tok_per_s : 0);
+        add_stat(o, "tpot", &r->m.tpot_ms);
+        add_stat(o, "ttft", &r->m.ttft_ms);
+        add_stat(o, "itl", &r->m.itl_ms);
+        cJSON_AddNumberToObject(o, "duration", r->m.duration_s);
+        cJSON_AddNumberToObject(o, "mean_accept_len", accept_len(r));
+        cJSON_AddNumberToObject(o, "rounds", (double)r->st.rounds);
+        cJSON_AddNumberToObject(o, "drafted", (double)r->st.drafted);
+        cJSON_AddNumberToObject(o, "accepted", (double)r->st.accepted);
+        cJSON_AddNumberToObject(o, "draft_ms", r->st.draft_ms);
+        cJSON_AddNumberToObject(o, "target_step_ms", r->step_ms);
+        cJSON_AddNumberToObject(o, "draft_pct", draft_pct(r));
+        cJSON_AddItemToArray(arr, o);
+    }
+    return arr;
 }
 
 // ------------------------------------------------------------------------------------------
@@ -900,6 +1099,10 @@ int main(int argc, char **argv) {
         ok = k25_err(err, "input %d + output %d tokens exceed max_position_embeddings %d", in_hi,
                      out_need, cfg.max_pos) == 0;
     if (ok) ok = config_validate(&cfg, err) == 0;
+    for (int i = 0; ok && a.spec_draft && i < a.n_spec_modes; i++)
+        if (a.spec_oracle[i] && cfg.temp > 0)
+            ok = k25_err(err, "--spec-accept: controlled acceptance needs greedy decoding "
+                              "(run.temp = 0)") == 0;
 #ifndef K25_CUDA
     if (ok && !strcmp(cfg.backend, "cuda"))
         ok = k25_err(err, "backend cuda: this binary was built without CUDA (make CUDA=1)") == 0;
@@ -933,10 +1136,24 @@ int main(int argc, char **argv) {
         .model = {.max_seqs = max_conc, .max_rows = max_conc + cfg.prefill_chunk,
                   .kv_block = kvb, .n_blocks = max_conc * per_seq},
     };
+    model_slots = max_conc;
+    if (a.spec_draft) { // verification rows: k + 1 per decoding sequence
+        rows_per_seq = a.spec_k + 1;
+        io.model.max_rows = max_conc * rows_per_seq + cfg.prefill_chunk;
+    }
     k25_instance in;
     double t_load = k25_now_ms();
     agree_or_exit(&d, instance_open(&in, &cfg, &d, &io, err) == 0, err);
     k25_log("k25bench: model ready in %.1f s\n", (k25_now_ms() - t_load) / 1000);
+    k25_spec *spec = NULL;
+    if (a.spec_draft) {
+        k25_spec_opts so = {.k = a.spec_k, .max_seqs = max_conc, .max_rows = io.model.max_rows,
+                            .ctx_size = cfg.ctx_size, .kv_block = kvb, .backend = cfg.backend,
+                            .threads = cfg.threads};
+        spec = spec_create(a.spec_draft, in.m, &in.w, &cfg, &d, &so, err);
+        agree_or_exit(&d, spec != NULL, err);
+        spec_kind = spec_draft_kind(spec);
+    }
 
     run_desc desc;
     describe(&desc, &a, &cfg, &d, &in, argc, argv);
@@ -954,8 +1171,14 @@ int main(int argc, char **argv) {
         make_workload(&w, &a, &cfg, conc, a.prompts_factor * conc);
         k25_log("k25bench: concurrency %d: %d requests\n", conc, w.n);
         if (a.warmup) warm_up(in.m, &cfg, &w, conc);
+        int32_t **ref = spec ? k25_calloc((size_t)w.n, sizeof(int32_t *)) : NULL;
+        keep_tokens = ref; // the plain run's tokens: the oracle's reference
         measure(in.m, &cfg, &w, conc, &d, &res[li]);
+        keep_tokens = NULL;
         if (a.profile_steps > 0) profile(&in, &cfg, &w, conc, a.profile_steps, &res[li]);
+        if (spec) spec_level(&a, spec, in.m, &cfg, &w, conc, &d, ref, &res[li]);
+        for (int i = 0; ref && i < w.n; i++) free(ref[i]);
+        free(ref);
         unsigned long long mem = in.be->mem_peak(in.be);
         MPI_CHECK(MPI_Allreduce(&mem, &res[li].mem_peak, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX,
                                 d.world));
@@ -969,6 +1192,7 @@ int main(int argc, char **argv) {
 
     if (d.world_rank == 0) {
         print_profile_table(res, a.n_levels);
+        if (spec) print_spec_table(res, a.n_levels, &a);
         if (do_plot) {
             if (a.json) {
                 make_plot(plot_script, a.json, a.plot);
@@ -984,9 +1208,10 @@ int main(int argc, char **argv) {
             }
         }
     }
-    for (int i = 0; i < a.n_levels; i++) cJSON_free(lines[i]);
+    for (int i = 0; i < a.n_levels; i++) cJSON_free(lines[i]), free(res[i].spec);
     free(lines);
     free(res);
+    spec_free(spec);
     instance_close(&in);
     dist_finalize(&d);
     return 0;

@@ -36,6 +36,13 @@ static int bench_flag(int argc, char **argv, const char *name) {
     return 0;
 }
 
+// Integer value of --name N, or def.
+static int bench_int(int argc, char **argv, const char *name, int def) {
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], name)) return atoi(argv[i + 1]);
+    return def;
+}
+
 static double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     size_t n = v.size();

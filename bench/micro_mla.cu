@@ -4,7 +4,7 @@
 // replays and the bandwidth over the cache bytes read (ctx x 1152 B per sequence), against a
 // device-to-device copy measured in the same run.
 //
-//   micro_mla [--json FILE] [--quick]
+//   micro_mla [--json FILE] [--quick] [--heads H] [--batch B] [--ctx N]   (filters)
 #include <math.h>
 
 #include "micro_common.cuh"
@@ -36,6 +36,9 @@ int main(int argc, char **argv) {
         for (int bi = 0; bi < 2; bi++)
             for (int ci = 0; ci < n_ctx; ci++) {
                 const int H = heads[hi], B = batches[bi], ctx = ctxs[ci];
+                if (bench_int(argc, argv, "--heads", H) != H || bench_int(argc, argv, "--batch", B) != B ||
+                    bench_int(argc, argv, "--ctx", ctx) != ctx)
+                    continue;
                 const int max_blocks = ctx / kv_block + 1, n_blocks = max_blocks * B;
                 uint16_t *cache, *kvb, *norm_w;
                 float *q, *kv, *out, *ws, *inv;
@@ -79,7 +82,7 @@ int main(int argc, char **argv) {
                 a.pos = pos, a.seq = seq, a.block_table = table, a.norm_w = norm_w, a.inv_freq = inv;
                 a.err = err;
                 double us = time_graph_us(s, 20, quick ? 10 : 20, [&](int) {
-                    k25k_mla_attention(&a, cache, kvb, q, kv, out, ws, chunks, s);
+                    k25k_mla_attention(&a, cache, 0, kvb, q, kv, out, ws, chunks, s);
                 });
                 int herr = 0;
                 CUDA_CHECK(cudaMemcpy(&herr, err, 4, cudaMemcpyDeviceToHost));

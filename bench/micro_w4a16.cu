@@ -7,7 +7,7 @@
 // from HBM; times are medians of CUDA-graph replays. Before timing, each TP's pipeline output is
 // checked against a float64 host reference of two tokens (relative L2 error <= 1e-2).
 //
-//   micro_w4a16 [--json FILE] [--quick]
+//   micro_w4a16 [--json FILE] [--quick] [--tp N] [--m M] [--no-check] [--no-gemv]
 #include <math.h>
 
 #include "micro_common.cuh"
@@ -228,10 +228,11 @@ int main(int argc, char **argv) {
     const int Ms_quick[] = {1, 4, 16, 64, 256};
     const int *Ms = quick ? Ms_quick : Ms_full;
     const int nM = quick ? 5 : 9;
-    printf("\n| TP | M/expert | W4A16 us | GB/s | %% of copy | cuBLASLt us | BF16 GB/s | speedup |\n");
-    printf("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    printf("\n| TP | M/expert | W4A16 step us | GB/s | %% of copy | gate+up GEMM us (%% copy) | down GEMM us (%% copy) | cuBLASLt us | BF16 GB/s | speedup |\n");
+    printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     const int tps[] = {8, 2, 1};
     for (int ti = 0; ti < 3; ti++) {
+        if (bench_int(argc, argv, "--tp", tps[ti]) != tps[ti]) continue;
         tp_setup S;
         memset(&S, 0, sizeof S);
         S.tp = tps[ti];
@@ -250,14 +251,17 @@ int main(int argc, char **argv) {
         uint16_t *xb;
         CUDA_CHECK(cudaMalloc(&xb, sizeof(uint16_t) * Tmax * S.D));
         k25k_f32_to_bf16(x, (size_t)Tmax * S.D, xb, s);
-        fails += !check(S, 1, x, sms, s);
-        fails += !check(S, 37, x, sms, s);
+        if (!bench_flag(argc, argv, "--no-check")) {
+            fails += !check(S, 1, x, sms, s);
+            fails += !check(S, 37, x, sms, s);
+        }
         float *out, *y1, *y2;
         CUDA_CHECK(cudaMalloc(&out, sizeof(float) * Tmax * S.D));
         CUDA_CHECK(cudaMalloc(&y1, sizeof(float) * Tmax * 2 * S.I));
         CUDA_CHECK(cudaMalloc(&y2, sizeof(float) * Tmax * S.D));
         for (int mi = 0; mi < nM; mi++) {
             const int M = Ms[mi], T = M; // every token on the same 8 experts: M tokens each
+            if (bench_int(argc, argv, "--m", M) != M) continue;
             const int R = S.E / TOPK < 48 ? S.E / TOPK : 48;
             std::vector<int32_t> idx((size_t)R * T * TOPK);
             std::vector<float> wts((size_t)T * TOPK, 0.125f);
@@ -276,6 +280,25 @@ int main(int argc, char **argv) {
             double us = time_graph_us(s, R, iters, [&](int r) {
                 moe_step(S, w, di + (size_t)r * T * TOPK, dw, x, T, out, sms, s);
             });
+            // the two grouped GEMMs alone (routing of rep 0, the rotation still applies through
+            // the expert ids: every rep routes to other experts)
+            int ma = k25k_moe_max_items(T, TOPK, S.E), ns1, kb1, ns2, kb2;
+            k25k_moe_splits(2 * S.I, S.D, ma, sms, &ns1, &kb1);
+            k25k_moe_splits(S.D, S.I, ma, sms, &ns2, &kb2);
+            std::vector<moe_ws> wss(R);
+            for (int r = 0; r < R; r++) {
+                ws_alloc(wss[r], T, S.E, S.I, S.D, sms);
+                k25k_moe_sort(di + (size_t)r * T * TOPK, T, TOPK, S.E, &wss[r].r, s);
+            }
+            double us_g1 = time_graph_us(s, R, iters, [&](int r) {
+                k25k_moe_w4a16_gemm(S.gu_w, S.gu_s, S.E, 2 * S.I, S.D, 1, x, S.D, wss[r].r.slot_token,
+                                    &wss[r].r, T, TOPK, ns1, kb1, wss[r].part1, s);
+            });
+            double us_g2 = time_graph_us(s, R, iters, [&](int r) {
+                k25k_moe_w4a16_gemm(S.dn_w, S.dn_s, S.E, S.D, S.I, 0, wss[r].h, S.I, NULL, &wss[r].r, T,
+                                    TOPK, ns2, kb2, wss[r].part2, s);
+            });
+            for (int r = 0; r < R; r++) ws_free(wss[r]);
             const int Rb = S.Eb / TOPK < 48 ? S.Eb / TOPK : 48;
             double us_lt = time_graph_us(s, Rb, iters, [&](int r) {
                 for (int k = 0; k < TOPK; k++) {
@@ -287,19 +310,59 @@ int main(int argc, char **argv) {
             });
             double bytes = TOPK * 3.0 * S.I * S.D * 0.5625, bytes_bf = TOPK * 3.0 * S.I * S.D * 2;
             double gbs = bytes / (us * 1e-6) / 1e9, gbs_lt = bytes_bf / (us_lt * 1e-6) / 1e9;
-            printf("| %d | %d | %.1f | %.0f | %.0f%% | %.1f | %.0f | %.2fx |\n", S.tp, M, us, gbs,
-                   100.0 * gbs / copy_gbs, us_lt, gbs_lt, us_lt / us);
+            double b1 = TOPK * 2.0 * S.I * S.D * 0.5625, b2 = TOPK * 1.0 * S.I * S.D * 0.5625;
+            printf("| %d | %d | %.1f | %.0f | %.0f%% | %.1f (%.0f%%) | %.1f (%.0f%%) | %.1f | %.0f | %.2fx |\n",
+                   S.tp, M, us, gbs, 100.0 * gbs / copy_gbs, us_g1, 100.0 * b1 / (us_g1 * 1e3) / copy_gbs,
+                   us_g2, 100.0 * b2 / (us_g2 * 1e3) / copy_gbs, us_lt, gbs_lt, us_lt / us);
             fflush(stdout);
             bench_jsonl("{\"bench\":\"w4a16_moe\",\"tp\":%d,\"I\":%d,\"D\":%d,\"M\":%d,\"experts\":8,"
-                        "\"us\":%.2f,\"gbs\":%.1f,\"pct_copy\":%.1f,\"cublaslt_us\":%.2f,"
-                        "\"cublaslt_gbs\":%.1f,\"speedup\":%.3f}",
-                        S.tp, S.I, S.D, M, us, gbs, 100.0 * gbs / copy_gbs, us_lt, gbs_lt, us_lt / us);
+                        "\"us\":%.2f,\"gbs\":%.1f,\"pct_copy\":%.1f,\"gate_up_us\":%.2f,\"down_us\":%.2f,"
+                        "\"cublaslt_us\":%.2f,\"cublaslt_gbs\":%.1f,\"speedup\":%.3f}",
+                        S.tp, S.I, S.D, M, us, gbs, 100.0 * gbs / copy_gbs, us_g1, us_g2, us_lt, gbs_lt,
+                        us_lt / us);
             ws_free(w);
             cudaFree(di), cudaFree(dw);
         }
         cudaFree(x), cudaFree(xb), cudaFree(out), cudaFree(y1), cudaFree(y2);
         free_experts(S);
     }
+    if (bench_flag(argc, argv, "--no-gemv")) goto done;
+    {
+    // BF16 projections of a decode step (GEMV for T <= 2, cuBLASLt above), weights rotated
+    printf("\n# BF16 projections at Kimi-K2.5 TP1 shapes (GEMV for T <= 2, else cuBLASLt with split "
+           "activations); weights rotated through > 1 GB\n");
+    printf("\n| projection | N x K | T | us | GB/s | %% of copy |\n|---|---:|---:|---:|---:|---:|\n");
+    struct { const char *name; int N, K; } shapes[] = {
+        {"q_a", 1536, 7168}, {"q_b", 12288, 1536}, {"kv_a", 576, 7168}, {"o_proj", 7168, 8192},
+        {"shared gate", 2048, 7168}, {"shared down", 7168, 2048}, {"router", 384, 7168},
+        {"lm_head/8", 20480, 7168}};
+    uint16_t *rot;
+    const size_t rot_bytes = (size_t)1300 << 20;
+    CUDA_CHECK(cudaMalloc(&rot, rot_bytes));
+    k25k_synth_fill(rot, 2, K25_SYNTH_UNIFORM, -14, SEED, 9, (int64_t)(rot_bytes / 2 / 7168), 7168, 7168, 0, 0, s);
+    float *gx, *gy;
+    CUDA_CHECK(cudaMalloc(&gx, sizeof(float) * 64 * 8192));
+    CUDA_CHECK(cudaMalloc(&gy, sizeof(float) * 64 * 20480));
+    k25k_synth_fill(gx, 4, K25_SYNTH_F32, -7, SEED, 10, 64, 8192, 8192, 0, 0, s);
+    k25k_blas_reserve(blas, (size_t)2 * 64 * 8192);
+    const int Ts[] = {1, 2, 4, 8, 64};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++)
+        for (int ti = 0; ti < 5; ti++) {
+            const int N = shapes[si].N, K = shapes[si].K, T = Ts[ti];
+            const size_t wb = (size_t)N * K * 2;
+            const int copies = (int)(rot_bytes / wb) < 64 ? (int)(rot_bytes / wb) : 64;
+            double us = time_graph_us(s, copies, quick ? 10 : 20, [&](int r) {
+                k25k_matmul(blas, gx, rot + (size_t)r * N * K, T, N, K, gy, s);
+            });
+            double gbs = wb / (us * 1e-6) / 1e9;
+            printf("| %s | %d x %d | %d | %.1f | %.0f | %.0f%% |\n", shapes[si].name, N, K, T, us, gbs,
+                   100 * gbs / copy_gbs);
+            bench_jsonl("{\"bench\":\"matmul_bf16\",\"name\":\"%s\",\"N\":%d,\"K\":%d,\"T\":%d,\"us\":%.2f,"
+                        "\"gbs\":%.1f,\"pct_copy\":%.1f}", shapes[si].name, N, K, T, us, gbs, 100 * gbs / copy_gbs);
+        }
+    cudaFree(rot), cudaFree(gx), cudaFree(gy);
+    }
+done:
     k25k_blas_destroy(blas);
     printf("\n# correctness checks failed: %d\n", fails);
     if (bench_json) fclose(bench_json);

@@ -45,7 +45,8 @@ typedef struct moe_dev {
 } moe_dev;
 
 typedef struct graph_entry {
-    int key, T;
+    // Captured kernel arguments include the block-table shape, so it is part of the key.
+    int key, T, max_seqs, max_blocks;
     cudaGraphExec_t exec;
 } graph_entry;
 
@@ -72,8 +73,9 @@ typedef struct cuda_impl {
     size_t h_stage_cap;                          // int32 elements
     int32_t *h_pos, *h_seq;                      // host copies of the batch (tests, checks)
 
-    // cache
-    uint16_t *cache;
+    // cache (bf16, or f32 with K25_KV_F32=1)
+    void *cache;
+    int kv_f32;
     int n_layers, n_blocks, kv_block;
     size_t layer_elems;
     float *d_inv_freq;
@@ -409,20 +411,21 @@ static void cuda_kv_init(k25_backend *be, int n_layers, int n_blocks, int kv_blo
     const int W = be->cfg->kv_lora_rank + be->cfg->qk_rope_dim;
     c->n_layers = n_layers, c->n_blocks = n_blocks, c->kv_block = kv_block;
     c->layer_elems = (size_t)n_blocks * kv_block * W;
-    size_t bytes = c->layer_elems * n_layers * sizeof(uint16_t);
+    const size_t es = c->kv_f32 ? 4 : 2;
+    size_t bytes = c->layer_elems * n_layers * es;
     size_t fr = 0, tot = 0;
     CUDA_CHECK(cudaMemGetInfo(&fr, &tot));
     size_t reserve = (size_t)512 << 20;
     if (bytes + reserve > fr)
         K25_DIE("GPU %d cannot hold the latent cache: %d layers x %d blocks x %d tokens x %d "
-                "values (bf16) = %.2f GiB + %.2f GiB reserve, %.2f GiB free of %.2f GiB (weights "
+                "values (%s) = %.2f GiB + %.2f GiB reserve, %.2f GiB free of %.2f GiB (weights "
                 "and buffers of this backend hold %.2f GiB); lower run.ctx_size, the batch or "
-                "run.kv_cache_mb", c->device, n_layers, n_blocks, kv_block, W, bytes / GIB,
+                "run.kv_cache_mb", c->device, n_layers, n_blocks, kv_block, W, c->kv_f32 ? "f32" : "bf16", bytes / GIB,
                 reserve / GIB, fr / GIB, tot / GIB, c->mem_now / GIB);
-    c->cache = (uint16_t *)dev_alloc(c, bytes, "latent cache");
+    c->cache = dev_alloc(c, bytes, "latent cache");
     CUDA_CHECK(cudaMemsetAsync(c->cache, 0, bytes, c->stream));
-    k25_log("cuda: latent cache %.2f GiB (%d layers, %d blocks of %d tokens)\n", bytes / GIB,
-            n_layers, n_blocks, kv_block);
+    k25_log("cuda: latent cache %.2f GiB (%d layers, %d blocks of %d tokens, %s)\n", bytes / GIB,
+            n_layers, n_blocks, kv_block, c->kv_f32 ? "f32" : "bf16");
 }
 
 // Workspaces for steps of up to `rows` rows; grows (dropping graphs) only outside captures.
@@ -441,7 +444,7 @@ static void ensure_workspaces(cuda_impl *c, const k25_config *cfg, int rows) {
                 cfg->n_shared * cfg->moe_inter / tp, L, I};
     for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++)
         if ((size_t)ks[i] > Kmax) Kmax = ks[i];
-    k25k_blas_reserve(c->blas, Kmax * R);
+    k25k_blas_reserve(c->blas, Kmax * R * 2); // hi and lo halves
 
     dev_free(c, c->ws_mla);
     size_t mla = 0;
@@ -580,10 +583,10 @@ static void cuda_add_rmsnorm(k25_backend *be, float *h, const float *d, const k2
 static void cuda_matmul(k25_backend *be, const float *x, const k25_tensor *W, int T, float *y) {
     cuda_impl *c = impl_of(be);
     const uint16_t *wd = bf16_dev(W, -1);
-    if (T > 0 && (size_t)T * W->cols > k25k_blas_capacity(c->blas)) {
+    if (T > 0 && (size_t)T * W->cols * 2 > k25k_blas_capacity(c->blas)) {
         no_capture(c, "matmul workspace growth");
         drop_graphs(c);
-        k25k_blas_reserve(c->blas, (size_t)T * W->cols);
+        k25k_blas_reserve(c->blas, (size_t)T * W->cols * 2);
     }
     k25k_matmul(c->blas, x, wd, T, (int)W->rows, (int)W->cols, y, c->stream);
 }
@@ -626,8 +629,8 @@ static void cuda_mla_attention(k25_backend *be, int layer, const k25_layer *L, f
     int chunks = k25k_mla_chunks(a.T, a.H, c->num_sms);
     if (k25k_mla_workspace_floats(a.T, a.H, a.L, chunks) > c->ws_mla_floats)
         K25_DIE("mla: workspace sized for %d rows, step has %d", c->ws_rows, a.T);
-    k25k_mla_attention(&a, c->cache + c->layer_elems * layer, kvb, q, kv, out, c->ws_mla, chunks,
-                       c->stream);
+    char *cl = (char *)c->cache + c->layer_elems * layer * (c->kv_f32 ? 4 : 2);
+    k25k_mla_attention(&a, cl, c->kv_f32, kvb, q, kv, out, c->ws_mla, chunks, c->stream);
 }
 
 static void cuda_router(k25_backend *be, const float *x, const k25_layer *L, int32_t *idx,
@@ -675,19 +678,11 @@ static void cuda_moe(k25_backend *be, const float *x, const k25_layer *L, const 
     }
 }
 
-static int allreduce_bf16(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("K25_ALLREDUCE_BF16");
-        v = e && *e && strcmp(e, "0") != 0;
-    }
-    return v;
-}
-
 static void cuda_allreduce_sum(k25_backend *be, float *x, size_t n) {
     cuda_impl *c = impl_of(be);
     if (c->tp <= 1 || !n) return;
-    (void)allreduce_bf16; // bf16 transport: a later option (halves the bytes, rounds partials)
+    // f32 on the wire: partial sums stay exact to f32 (a bf16 wire halves the bytes but rounds
+    // every rank's partial, which the golden comparisons would feel)
     NCCL_CHECK(ncclAllReduce(x, x, n, ncclFloat32, ncclSum, c->nccl, c->stream));
 }
 
@@ -826,7 +821,8 @@ static void cuda_run_graph(k25_backend *be, int key, void (*fn)(void *ctx), void
         return;
     }
     for (int i = 0; i < c->n_graphs; i++)
-        if (c->graphs[i].key == key && c->graphs[i].T == c->T) {
+        if (c->graphs[i].key == key && c->graphs[i].T == c->T &&
+            c->graphs[i].max_seqs == c->max_seqs && c->graphs[i].max_blocks == c->max_blocks) {
             CUDA_CHECK(cudaGraphLaunch(c->graphs[i].exec, c->stream));
             K25_LAUNCH_CHECK(c->stream, "graph replay");
             return;
@@ -849,7 +845,7 @@ static void cuda_run_graph(k25_backend *be, int key, void (*fn)(void *ctx), void
     cudaGraphExec_t exec;
     CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
     CUDA_CHECK(cudaGraphDestroy(g));
-    c->graphs[c->n_graphs++] = (graph_entry){key, c->T, exec};
+    c->graphs[c->n_graphs++] = (graph_entry){key, c->T, c->max_seqs, c->max_blocks, exec};
     CUDA_CHECK(cudaGraphLaunch(exec, c->stream));
     K25_LAUNCH_CHECK(c->stream, "graph launch");
 }
@@ -920,6 +916,8 @@ extern "C" k25_backend *backend_cuda_create(const k25_config *cfg, const k25_dis
     }
     const char *ng = getenv("K25_NO_GRAPH");
     c->no_graph = ng && *ng && strcmp(ng, "0") != 0;
+    const char *kf = getenv("K25_KV_F32");
+    c->kv_f32 = strcmp(cfg->kv_cache_dtype, "f32") == 0 || (kf && *kf && strcmp(kf, "0") != 0);
 
     c->d_err = (int *)dev_alloc(c, sizeof(int) * 4, "error flags");
     CUDA_CHECK(cudaMemsetAsync(c->d_err, 0, sizeof(int) * 4, c->stream));

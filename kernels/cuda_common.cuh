@@ -10,12 +10,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-// weights.h declares k25_dtype_size, k25_dtype_name, tensor_read_rows and tensor_get_f32 before
-// its C-linkage block: include it (first) with C linkage so C++ callers link to the C symbols.
-extern "C" {
-#include "weights.h"
-}
 #include "common.h"
+#include "weights.h"
 
 // ------------------------------------------------------------------------------------------
 // Error checks

@@ -15,6 +15,13 @@ void k25k_add_rmsnorm(float *h, const float *d, const uint16_t *w, float eps, in
 void k25k_silu_mul(const float *gate, const float *up, size_t n, float *out, cudaStream_t s);
 void k25k_add(float *y, const float *x, size_t n, cudaStream_t s);
 void k25k_f32_to_bf16(const float *x, size_t n, uint16_t *y, cudaStream_t s);
+// hi[i] = bf16(x[i]), lo[i] = bf16(x[i] - hi[i])
+void k25k_f32_to_bf16_split(const float *x, size_t n, uint16_t *hi, uint16_t *lo, cudaStream_t s);
+
+// Activations entering bf16 tensor-core products (cuBLASLt, the W4A16 MMAs) are split into
+// hi = bf16(x) and lo = bf16(x - hi) and both are multiplied (about f32 accuracy, twice the
+// MMAs) unless K25_BF16_ACTIVATIONS=1 (one bf16 rounding, faster prefill).
+int k25k_split_activations(void);
 
 // ---- matmul.cu: y[T][N] = x[T][K] W^T, W bf16 [N][K] ----
 typedef struct k25k_blas k25k_blas;
@@ -30,7 +37,7 @@ void k25k_matmul_lt(k25k_blas *b, const float *x, const uint16_t *W, int T, int 
 // The cuBLASLt call alone, activations already bf16 xb[T][K].
 void k25k_matmul_lt_bf16(k25k_blas *b, const uint16_t *xb, const uint16_t *W, int T, int N, int K,
                          float *y, cudaStream_t s);
-// GEMV for T <= K25_GEMV_MAX_T (default 8), cuBLASLt above.
+// GEMV for T <= K25_GEMV_MAX_T (default 2), cuBLASLt above.
 void k25k_matmul(k25k_blas *b, const float *x, const uint16_t *W, int T, int N, int K, float *y,
                  cudaStream_t s);
 
@@ -98,9 +105,10 @@ typedef struct k25k_mla_args {
 } k25k_mla_args;
 int k25k_mla_chunks(int T, int H, int num_sms);
 size_t k25k_mla_workspace_floats(int T, int H, int L, int n_chunks);
-// cache: this layer's [n_blocks*kv_block][L+dr] bf16; kvb: kv_b [H*(dn+dv)][L] bf16.
-void k25k_mla_attention(const k25k_mla_args *a, uint16_t *cache, const uint16_t *kvb, float *q,
-                        float *kv, float *out, float *ws, int n_chunks, cudaStream_t s);
+// cache: this layer's [n_blocks*kv_block][L+dr], bf16 or (cache_f32) f32; kvb: kv_b
+// [H*(dn+dv)][L] bf16.
+void k25k_mla_attention(const k25k_mla_args *a, void *cache, int cache_f32, const uint16_t *kvb,
+                        float *q, float *kv, float *out, float *ws, int n_chunks, cudaStream_t s);
 
 // ---- sampling.cu (k25_cand, k25_softmax_stats from sampler.h) ----
 struct k25_cand;

@@ -132,6 +132,16 @@ __global__ void f32_to_bf16_kernel(const float *__restrict__ x, size_t n,
         y[i] = k25_f2bf(x[i]);
 }
 
+__global__ void f32_to_bf16_split_kernel(const float *__restrict__ x, size_t n,
+                                         uint16_t *__restrict__ hi, uint16_t *__restrict__ lo) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint16_t h = k25_f2bf(x[i]);
+        hi[i] = h;
+        lo[i] = k25_f2bf(x[i] - k25_bf16f(h));
+    }
+}
+
 static int grid_for(size_t n) {
     size_t b = (n + 255) / 256;
     return (int)(b > 8192 ? 8192 : (b ? b : 1));
@@ -153,4 +163,10 @@ void k25k_f32_to_bf16(const float *x, size_t n, uint16_t *y, cudaStream_t s) {
     if (!n) return;
     f32_to_bf16_kernel<<<grid_for(n), 256, 0, s>>>(x, n, y);
     K25_LAUNCH_CHECK(s, "f32_to_bf16");
+}
+
+void k25k_f32_to_bf16_split(const float *x, size_t n, uint16_t *hi, uint16_t *lo, cudaStream_t s) {
+    if (!n) return;
+    f32_to_bf16_split_kernel<<<grid_for(n), 256, 0, s>>>(x, n, hi, lo);
+    K25_LAUNCH_CHECK(s, "f32_to_bf16_split");
 }

@@ -147,7 +147,9 @@ k25k_blas *k25k_blas_create(size_t workspace_bytes) {
     b->ws_bytes = workspace_bytes;
     CUDA_CHECK(cudaMalloc(&b->workspace, b->ws_bytes));
     const char *e = getenv("K25_GEMV_MAX_T");
-    b->gemv_max_t = e && *e ? atoi(e) : 8;
+    // measured on H200 (bench/micro_w4a16): the GEMV streams at 65-100% of copy bandwidth at
+    // T = 1 but falls to ~20% at T = 8, where cuBLASLt does better
+    b->gemv_max_t = e && *e ? atoi(e) : 2;
     return b;
 }
 
@@ -214,22 +216,38 @@ static lt_plan *plan_get(k25k_blas *b, int N, int K, int T) {
     return p;
 }
 
+static void lt_gemm(k25k_blas *b, const uint16_t *xb, const uint16_t *W, int T, int N, int K,
+                    float *y, float beta, cudaStream_t s);
+
 void k25k_matmul_lt(k25k_blas *b, const float *x, const uint16_t *W, int T, int N, int K,
                     float *y, cudaStream_t s) {
     if (T <= 0 || N <= 0) return;
-    size_t need = (size_t)T * K;
+    const int split = k25k_split_activations();
+    size_t need = (size_t)T * K * (split ? 2 : 1);
     if (need > b->xb_cap)
-        K25_DIE("matmul: bf16 activation workspace holds %zu elements, %d x %d needed (reserve "
-                "before the step)", b->xb_cap, T, K);
-    k25k_f32_to_bf16(x, need, b->xb, s);
-    k25k_matmul_lt_bf16(b, b->xb, W, T, N, K, y, s);
+        K25_DIE("matmul: bf16 activation workspace holds %zu elements, %zu needed (reserve "
+                "before the step)", b->xb_cap, need);
+    if (!split) {
+        k25k_f32_to_bf16(x, need, b->xb, s);
+        k25k_matmul_lt_bf16(b, b->xb, W, T, N, K, y, s);
+        return;
+    }
+    // y = W hi + W lo: the second product accumulates (beta = 1)
+    k25k_f32_to_bf16_split(x, (size_t)T * K, b->xb, b->xb + (size_t)T * K, s);
+    lt_gemm(b, b->xb, W, T, N, K, y, 0.0f, s);
+    lt_gemm(b, b->xb + (size_t)T * K, W, T, N, K, y, 1.0f, s);
 }
 
 void k25k_matmul_lt_bf16(k25k_blas *b, const uint16_t *xb, const uint16_t *W, int T, int N, int K,
                          float *y, cudaStream_t s) {
     if (T <= 0 || N <= 0) return;
+    lt_gemm(b, xb, W, T, N, K, y, 0.0f, s);
+}
+
+static void lt_gemm(k25k_blas *b, const uint16_t *xb, const uint16_t *W, int T, int N, int K,
+                    float *y, float beta, cudaStream_t s) {
     lt_plan *p = plan_get(b, N, K, T);
-    const float alpha = 1.0f, beta = 0.0f;
+    const float alpha = 1.0f;
     CUBLAS_CHECK(cublasLtMatmul(b->lt, b->desc, &alpha, W, p->a, xb, p->b, &beta, y, p->c, y,
                                 p->c, &p->algo, b->workspace, b->ws_bytes, s));
     K25_LAUNCH_CHECK(s, "cublasLt matmul");

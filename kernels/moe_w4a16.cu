@@ -21,6 +21,9 @@
 // dimension); accumulation is f32; each quantization group's partial product is scaled once.
 // Split-K partial sums go to a workspace part[split][slot][N] and are reduced in fixed order,
 // so results are deterministic (no float atomics).
+#include <stdlib.h>
+#include <string.h>
+
 #include "cuda_kernels.cuh"
 
 // ------------------------------------------------------------------------------------------
@@ -216,7 +219,7 @@ void k25k_w4_repack(const uint32_t *wa, const uint32_t *wb, const uint16_t *sa,
 
 #define W4_NW 4          // warps per block, one 32-row tile each
 #define W4_MP K25K_MOE_PASS // tokens per work item (at most 4 MMA n-tiles)
-#define W4_KCB 16        // k-blocks (of 32) staged in shared memory at a time
+#define W4_KCB 8         // k-blocks (of 32) staged in shared memory at a time
 #define W4_XS (W4_KCB * 16 + 4) // words per staged row: bf16 pairs + 16 bytes of padding
 #define W4_PF 8          // weight loads in flight per lane
 
@@ -253,13 +256,16 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
 //      or j itself (down: the slot's intermediate row).
 //   part: [n_splits][A][N] f32 (gate_up: gate at [0, I), up at [I, 2I)).
 // NTT: MMA n-tiles of 8 tokens kept in registers (1 when no expert can have more than 8 slots).
+// split: activations as two bf16 operands, hi = bf16(x) and lo = bf16(x - hi), each multiplied
+// by the exact INT4 weights (twice the MMAs, about f32 accuracy); otherwise hi only.
 template <int NTT>
 __global__ void __launch_bounds__(W4_NW * 32) w4a16_grouped_kernel(
     const uint4 *__restrict__ Wt, const uint2 *__restrict__ St, size_t w_stride, size_t s_stride,
     int N, int K, int gate_up, const float *__restrict__ X, int x_ld,
     const int *__restrict__ row_index, k25k_moe_route r, int n_splits, int kb_per_split,
-    float *__restrict__ part, int A) {
+    float *__restrict__ part, int A, int split) {
     __shared__ uint32_t xs[NTT * 8 * W4_XS];
+    __shared__ uint32_t xl[NTT * 8 * W4_XS];
     const int item = blockIdx.y;
     if (item >= *r.n_items) return;
     const int e = r.item_expert[item], p0 = r.item_p0[item];
@@ -304,7 +310,9 @@ __global__ void __launch_bounds__(W4_NW * 32) w4a16_grouped_kernel(
             int row = row_index ? row_index[slot] : slot;
             float2 v = *reinterpret_cast<const float2 *>(X + (size_t)row * x_ld +
                                                          (size_t)kc0 * 32 + 2 * cp);
-            xs[m * W4_XS + cp] = pack_bf16x2(v.x, v.y);
+            uint32_t hi = pack_bf16x2(v.x, v.y);
+            xs[m * W4_XS + cp] = hi;
+            if (split) xl[m * W4_XS + cp] = pack_bf16x2(v.x - k25_bf16_lo(hi), v.y - k25_bf16_hi(hi));
         }
         __syncthreads();
         if (nt < NT) {
@@ -332,12 +340,21 @@ __global__ void __launch_bounds__(W4_NW * 32) w4a16_grouped_kernel(
                                 const uint32_t *xr = xs + (j * 8 + g) * W4_XS + pl + c;
                                 const uint32_t b00 = xr[0], b01 = xr[4];
                                 const uint32_t b10 = xr[8], b11 = xr[12];
+                                uint32_t l00 = 0, l01 = 0, l10 = 0, l11 = 0;
+                                if (split) {
+                                    const uint32_t *lr = xl + (j * 8 + g) * W4_XS + pl + c;
+                                    l00 = lr[0], l01 = lr[4], l10 = lr[8], l11 = lr[12];
+                                }
 #pragma unroll
                                 for (int s2 = 0; s2 < 2; s2++) {
                                     const float z[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                                     float tmp[4];
                                     mma_bf16_16816(tmp, a[s2][0], b00, b01, z);
                                     mma_bf16_16816(tmp, a[s2][1], b10, b11, tmp);
+                                    if (split) {
+                                        mma_bf16_16816(tmp, a[s2][0], l00, l01, tmp);
+                                        mma_bf16_16816(tmp, a[s2][1], l10, l11, tmp);
+                                    }
                                     acc[j][s2][0] += tmp[0] * sv[2 * s2];
                                     acc[j][s2][1] += tmp[1] * sv[2 * s2];
                                     acc[j][s2][2] += tmp[2] * sv[2 * s2 + 1];
@@ -381,6 +398,15 @@ void k25k_moe_splits(int N, int K, int max_active, int num_sms, int *n_splits,
     *n_splits = (int)k25_cdiv(KB, per); // no empty split: every split writes its partials
 }
 
+int k25k_split_activations(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("K25_BF16_ACTIVATIONS");
+        v = !(e && *e && strcmp(e, "0") != 0);
+    }
+    return v;
+}
+
 int k25k_moe_max_items(int T, int top_k, int E) {
     int A = T * top_k;
     return (A < E ? A : E) + (int)k25_cdiv(A, K25K_MOE_PASS);
@@ -396,21 +422,22 @@ void k25k_moe_w4a16_gemm(const uint32_t *Wt, const uint16_t *St, int E, int N, i
     size_t s_stride = (size_t)(N / 32) * (K / 32) * 8;  // uint2 per expert
     int rbs = (int)k25_cdiv(N / 32, W4_NW);
     dim3 grid((unsigned)(rbs * n_splits), (unsigned)k25k_moe_max_items(T, top_k, E));
+    const int split = k25k_split_activations();
     const uint4 *w4 = reinterpret_cast<const uint4 *>(Wt);
     const uint2 *s2 = reinterpret_cast<const uint2 *>(St);
     // an expert holds at most T slots (a token chooses an expert once)
     if (T <= 8)
         w4a16_grouped_kernel<1><<<grid, W4_NW * 32, 0, s>>>(w4, s2, w_stride, s_stride, N, K,
                                                             gate_up, X, x_ld, row_index, *r,
-                                                            n_splits, kb_per_split, part, A);
+                                                            n_splits, kb_per_split, part, A, split);
     else if (T <= 16)
         w4a16_grouped_kernel<2><<<grid, W4_NW * 32, 0, s>>>(w4, s2, w_stride, s_stride, N, K,
                                                             gate_up, X, x_ld, row_index, *r,
-                                                            n_splits, kb_per_split, part, A);
+                                                            n_splits, kb_per_split, part, A, split);
     else
         w4a16_grouped_kernel<4><<<grid, W4_NW * 32, 0, s>>>(w4, s2, w_stride, s_stride, N, K,
                                                             gate_up, X, x_ld, row_index, *r,
-                                                            n_splits, kb_per_split, part, A);
+                                                            n_splits, kb_per_split, part, A, split);
     K25_LAUNCH_CHECK(s, "w4a16_grouped");
 }
 
@@ -458,22 +485,33 @@ void k25k_moe_bf16_gemm(const uint16_t *const *Wa, const uint16_t *const *Wb, in
 // Reductions
 // ------------------------------------------------------------------------------------------
 
+// Loads of the split partials are issued together (independent accumulators per group of 8
+// splits), then summed in a fixed order.
 __global__ void moe_gate_up_reduce_kernel(const float *__restrict__ part, int n_splits, int A,
                                           int I, float *__restrict__ h) {
     size_t n = (size_t)A * I;
     for (size_t id = blockIdx.x * (size_t)blockDim.x + threadIdx.x; id < n;
          id += (size_t)gridDim.x * blockDim.x) {
         size_t slot = id / I, i = id % I;
-        float gs = 0.0f, us = 0.0f;
-        for (int ks = 0; ks < n_splits; ks++) {
-            const float *p = part + ((size_t)ks * A + slot) * 2 * I;
-            gs += p[i];
-            us += p[I + i];
+        const float *p = part + slot * 2 * I + i;
+        const size_t stride = (size_t)A * 2 * I;
+        float g8[8] = {0, 0, 0, 0, 0, 0, 0, 0}, u8[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        int ks = 0;
+        for (; ks + 8 <= n_splits; ks += 8) {
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                g8[u] += p[(ks + u) * stride];
+                u8[u] += p[(ks + u) * stride + I];
+            }
         }
+        for (; ks < n_splits; ks++) g8[0] += p[ks * stride], u8[0] += p[ks * stride + I];
+        float gs = ((g8[0] + g8[1]) + (g8[2] + g8[3])) + ((g8[4] + g8[5]) + (g8[6] + g8[7]));
+        float us = ((u8[0] + u8[1]) + (u8[2] + u8[3])) + ((u8[4] + u8[5]) + (u8[6] + u8[7]));
         h[id] = gs / (1.0f + expf(-gs)) * us;
     }
 }
 
+// One thread per output element; the top_k x n_splits partials it needs are loaded first.
 __global__ void moe_combine_kernel(const float *__restrict__ part, int n_splits, int A, int D,
                                    const int *__restrict__ slot_of, const float *__restrict__ wts,
                                    int T, int top_k, float *__restrict__ out) {
@@ -482,36 +520,45 @@ __global__ void moe_combine_kernel(const float *__restrict__ part, int n_splits,
          id += (size_t)gridDim.x * blockDim.x) {
         int t = (int)(id / D), d = (int)(id % D);
         float acc = 0.0f;
-        for (int k = 0; k < top_k; k++) {
-            int slot = slot_of[t * top_k + k];
-            if (slot < 0) {
-                acc = __int_as_float(0x7fc00000); // a bad expert id must not pass silently
-                continue;
+        for (int k0 = 0; k0 < top_k; k0 += 8) {
+            float y[8];
+            int sl[8];
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                sl[u] = k0 + u < top_k ? slot_of[t * top_k + k0 + u] : -2;
+                y[u] = 0.0f;
             }
-            float y = 0.0f;
-            for (int ks = 0; ks < n_splits; ks++) y += part[((size_t)ks * A + slot) * D + d];
-            acc += wts[t * top_k + k] * y;
+            for (int ks = 0; ks < n_splits; ks++) {
+#pragma unroll
+                for (int u = 0; u < 8; u++)
+                    if (sl[u] >= 0) y[u] += part[((size_t)ks * A + sl[u]) * D + d];
+            }
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                if (sl[u] == -1) acc = __int_as_float(0x7fc00000); // bad expert id: never silent
+                else if (sl[u] >= 0) acc += wts[t * top_k + k0 + u] * y[u];
+            }
         }
         out[id] = acc;
     }
 }
 
-static int grid_1d(size_t n) {
-    size_t b = (n + 255) / 256;
-    return (int)(b > 16384 ? 16384 : (b ? b : 1));
+static int grid_1d(size_t n) { // 128-thread blocks: small reductions spread over more SMs
+    size_t b = (n + 127) / 128;
+    return (int)(b > 32768 ? 32768 : (b ? b : 1));
 }
 
 void k25k_moe_gate_up_reduce(const float *part, int n_splits, int A, int I, float *h,
                              cudaStream_t s) {
     if (A <= 0) return;
-    moe_gate_up_reduce_kernel<<<grid_1d((size_t)A * I), 256, 0, s>>>(part, n_splits, A, I, h);
+    moe_gate_up_reduce_kernel<<<grid_1d((size_t)A * I), 128, 0, s>>>(part, n_splits, A, I, h);
     K25_LAUNCH_CHECK(s, "moe_gate_up_reduce");
 }
 
 void k25k_moe_combine(const float *part, int n_splits, int A, int D, const int *slot_of,
                       const float *wts, int T, int top_k, float *out, cudaStream_t s) {
     if (T <= 0) return;
-    moe_combine_kernel<<<grid_1d((size_t)T * D), 256, 0, s>>>(part, n_splits, A, D, slot_of, wts,
+    moe_combine_kernel<<<grid_1d((size_t)T * D), 128, 0, s>>>(part, n_splits, A, D, slot_of, wts,
                                                              T, top_k, out);
     K25_LAUNCH_CHECK(s, "moe_combine");
 }

@@ -93,6 +93,10 @@ void cli_usage(FILE *f) {
         "  --tokenizer FILE      tiktoken.model to use (default: DIR/tiktoken.model of --model;\n"
         "                        without one, prompt bytes are ids 0..255 and ids are printed)\n"
         "  --tokenizer-pattern RE  pre-tokenizer regex (Rust syntax; default: Kimi's)\n"
+        "  --chat                wrap the prompt in Kimi's chat template (needs a tokenizer);\n"
+        "                        generation also stops at <|im_end|>\n"
+        "  --system TEXT         system message of the chat\n"
+        "  --think on|off        thinking mode of the chat template (default on)\n"
         "\n"
         "Generation:\n"
         "  -n, --n-predict N     tokens to generate (default: run.n_predict; -1 = until EOS or\n"
@@ -199,7 +203,7 @@ typedef enum {
     F_MODEL, F_CONFIG, F_SYNTH, F_SET, F_VERIFY, F_DUMP_CONFIG, F_PROMPT, F_TOKENS, F_N,
     F_TEMP, F_TOPK, F_TOPP, F_SEED, F_CTX, F_BACKEND, F_THREADS, F_PP, F_PRINT_IDS, F_DUMP_LOGITS,
     F_CHECK_FINITE, F_VERBOSE, F_HELP, F_TOKENIZER, F_TOK_PATTERN, F_TOKENIZE, F_DETOKENIZE,
-    F_SPEC_DRAFT, F_SPEC_K
+    F_SPEC_DRAFT, F_SPEC_K, F_CHAT, F_SYSTEM, F_THINK
 } flag_id;
 
 typedef struct flag_def {
@@ -224,6 +228,8 @@ static const flag_def flags[] = {
     {NULL, "--tokenizer-pattern", F_TOK_PATTERN, 1}, {NULL, "--tokenize", F_TOKENIZE, 0},
     {NULL, "--detokenize", F_DETOKENIZE, 0},
     {NULL, "--spec-draft", F_SPEC_DRAFT, 1}, {NULL, "--spec-k", F_SPEC_K, 1},
+    {NULL, "--chat", F_CHAT, 0},            {NULL, "--system", F_SYSTEM, 1},
+    {NULL, "--think", F_THINK, 1},
 };
 
 static const flag_def *find_flag(const char *arg, const char **inline_value) {
@@ -245,6 +251,7 @@ int cli_parse(int argc, char **argv, k25_cli *o, char *err) {
     memset(o, 0, sizeof *o);
     o->synth_seed = 1;
     o->spec_k = 3;
+    o->think = 1;
     int rc = 0;
     for (int i = 1; i < argc && rc == 0; i++) {
         const char *arg = argv[i], *val = NULL;
@@ -316,6 +323,13 @@ int cli_parse(int argc, char **argv, k25_cli *o, char *err) {
         case F_DETOKENIZE: o->detokenize = 1; break;
         case F_SPEC_DRAFT: o->spec_draft = val; break;
         case F_SPEC_K: rc = parse_int(name, val, 1, 16, &o->spec_k, err); o->has_spec_k = 1; break;
+        case F_CHAT: o->chat = 1; break;
+        case F_SYSTEM: o->system = val; break;
+        case F_THINK:
+            if (!strcmp(val, "on")) o->think = 1;
+            else if (!strcmp(val, "off")) o->think = 0;
+            else rc = k25_err(err, "--think takes on or off (got \"%s\")", val);
+            break;
         }
     }
     if (rc == 0 && !o->help && (o->tokenize || o->detokenize)) {
@@ -333,6 +347,10 @@ int cli_parse(int argc, char **argv, k25_cli *o, char *err) {
             rc = k25_err(err, "no prompt: give -p TEXT or --tokens IDS");
         else if (o->has_spec_k && !o->spec_draft)
             rc = k25_err(err, "--spec-k needs --spec-draft");
+        else if (o->chat && !o->prompt)
+            rc = k25_err(err, "--chat needs the user's message as -p TEXT");
+        else if (!o->chat && o->system)
+            rc = k25_err(err, "--system needs --chat");
     }
     if (!o->model_dir) o->synthetic = 1; // the built-in model or --config: generated weights
     if (rc) cli_free(o);

@@ -51,6 +51,9 @@ typedef struct k25_cli {
     // speculative decoding (spec.h)
     const char *spec_draft;       // --spec-draft SRC or NULL
     int spec_k, has_spec_k;       // --spec-k K (default 3)
+    int chat;                     // --chat: Kimi's chat template around the prompt
+    const char *system;           // --system TEXT (chat)
+    int think;                    // --think on|off (chat; default on)
 } k25_cli;
 
 #ifdef __cplusplus

@@ -833,6 +833,9 @@ int config_validate(const k25_config *c, char *err) {
 
     if (strcmp(c->backend, "cpu") && strcmp(c->backend, "cuda"))
         return k25_err(err, "run.backend \"%s\" is unknown (cpu or cuda)", c->backend);
+    if (strcmp(c->kv_cache_dtype, "bf16") && strcmp(c->kv_cache_dtype, "f32"))
+        return k25_err(err, "run.kv_cache_dtype \"%s\" is unknown (bf16 or f32)",
+                       c->kv_cache_dtype);
     if (c->ctx_size > c->max_pos)
         return k25_err(err, "run.ctx_size (%d) exceeds model.max_position_embeddings (%d)",
                        c->ctx_size, c->max_pos);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "spec.h"
+#include "stop_signal.h"
 
 // ------------------------------------------------------------------------------------------
 // Text
@@ -207,7 +208,8 @@ int generate(k25_model *m, const k25_config *cfg, const k25_dist *dist,
     // emitted without a step.
     int32_t queue[K25_SPEC_MAX_K + 1];
     int n_queue = 0, i_queue = 0;
-    float *spec_logits = o->spec && logits ? k25_malloc(sizeof(float) * (K25_SPEC_MAX_K + 1) * V) : NULL;
+    float *spec_logits =
+        o->spec && logits ? k25_malloc(sizeof(float) * (K25_SPEC_MAX_K + 1) * V) : NULL;
     t0 = k25_now_ms();
     while (want_token) {
         res->tokens[res->n_tokens++] = next;
@@ -217,23 +219,29 @@ int generate(k25_model *m, const k25_config *cfg, const k25_dist *dist,
             break;
         }
         if (o->n_predict >= 0 && res->n_tokens >= o->n_predict) break;
+        if (stop_signal_any(dist)) {
+            res->stopped_signal = 1;
+            break;
+        }
         int p = n_prompt + res->n_tokens - 1;
         if (p >= o->ctx_size) {
             res->stopped_ctx = 1;
             break;
         }
         if (i_queue < n_queue) { // a draft the target accepted: already fed at p
-            if (spec_logits && rank0) dump_row(&dump, p, next, spec_logits + (size_t)i_queue * V, V);
+            if (spec_logits && rank0)
+                dump_row(&dump, p, next, spec_logits + (size_t)i_queue * V, V);
             next = queue[i_queue++];
             continue;
         }
         if (o->spec) {
-            int room = o->ctx_size - 1 - p, left = o->n_predict >= 0 ? o->n_predict - res->n_tokens - 1 : room;
+            // Drafts fit the context, -n and the rows of one step.
+            int room = o->ctx_size - 1 - p;
+            int left = o->n_predict >= 0 ? o->n_predict - res->n_tokens - 1 : room;
             int max_draft = room < left ? room : left;
             if (max_draft > chunk - 1) max_draft = chunk - 1;
-            sp.counter = 0;
-            n_queue = spec_round_single(o->spec, m, &b, prompt, n_prompt, res->tokens, res->n_tokens,
-                                        max_draft, &sp, queue, spec_logits);
+            n_queue = spec_round_single(o->spec, m, &b, prompt, n_prompt, res->tokens,
+                                        res->n_tokens, max_draft, &sp, queue, spec_logits);
             if (spec_logits && rank0) dump_row(&dump, p, next, spec_logits, V);
             next = queue[0];
             i_queue = 1;

@@ -39,7 +39,7 @@ typedef struct k25_gen_result {
     int32_t *tokens;          // [n_tokens] generated (malloc'ed)
     int n_tokens;
     int n_prompt;
-    int stopped_eos, stopped_ctx;
+    int stopped_eos, stopped_ctx, stopped_signal;
     double prompt_ms;         // prefill steps, first token included
     double eval_ms;           // decode steps
     int n_eval;

@@ -53,10 +53,18 @@ int instance_open(k25_instance *in, const k25_config *cfg, const k25_dist *d,
     } else {
         src = synth_source(o->synth_seed);
     }
-    // This rank's pipeline stage: its layers only (pipeline.h).
-    int *first = k25_malloc(sizeof(int) * (size_t)(d->pp_size + 1));
-    int rc = pipeline_layout(cfg, d->pp_size, first, err);
-    int lb = rc ? 0 : first[d->pp_rank], le = rc ? 0 : first[d->pp_rank + 1];
+    // This rank's layers: its pipeline stage's (pipeline.h), or all of them for a model that is
+    // not split over the stages (run.pp = 1 on a pipelined world: a draft beside the target
+    // runs whole on every stage).
+    int stages = cfg->pp > 1 ? d->pp_size : 1, stage = stages > 1 ? d->pp_rank : 0;
+    if (cfg->pp > 1 && cfg->pp != d->pp_size) {
+        instance_close(in);
+        return k25_err(err, "run.pp = %d but the ranks form %d pipeline stages", cfg->pp,
+                       d->pp_size);
+    }
+    int *first = k25_malloc(sizeof(int) * (size_t)(stages + 1));
+    int rc = pipeline_layout(cfg, stages, first, err);
+    int lb = rc ? 0 : first[stage], le = rc ? 0 : first[stage + 1];
     free(first);
     if (rc || weights_plan(&in->w, cfg, d->tp_rank, d->tp_size, lb, le, &src, err) != 0) {
         instance_close(in);
@@ -71,7 +79,7 @@ int instance_open(k25_instance *in, const k25_config *cfg, const k25_dist *d,
             return k25_err(err, "backend cuda: this binary was built without CUDA (make CUDA=1)");
         }
 #ifdef K25_CUDA
-        if (d->pp_size > 1 && !in->be->pp_send) pp_nccl_attach(in->be);
+        if (stages > 1 && !in->be->pp_send) pp_nccl_attach(in->be);
 #endif
     } else {
         in->be = backend_cpu_create(cfg, d, o->threads > 0 ? o->threads : cfg->threads);

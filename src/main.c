@@ -15,6 +15,8 @@
 #include "instance.h"
 #include "pipeline.h"
 #include "spec.h"
+#include "stop_signal.h"
+#include "chat.h"
 #include "tokenizer.h"
 #include "tokenizer_cli.h"
 #include "verify.h"
@@ -100,6 +102,22 @@ static int load_tokenizer(const k25_cli *o, int n_vocab, tok_codec *tc, k25_text
     return 0;
 }
 
+// --chat: the prompt rendered with Kimi's chat template. The assistant's turn ends with
+// <|im_end|>, so that token joins the stop set (the K2.5 config.json lists only [EOS]).
+static int chat_prompt(const k25_cli *o, const tok_codec *tc, k25_config *cfg, int32_t **ids,
+                       int *n, char *err) {
+    if (!tc->tok)
+        return k25_err(err, "--chat needs a tokenizer: the checkpoint's tiktoken.model or "
+                            "--tokenizer FILE");
+    size_t m = 0;
+    if (chat_render(tc->tok, o->system, o->prompt, o->think, ids, &m, err)) return -1;
+    *n = (int)m;
+    int end = tokenizer_special_id(tc->tok, "<|im_end|>");
+    if (end >= 0 && !config_is_eos(cfg, end) && cfg->eos_ids_n < K25_CFG_INTS_MAX)
+        cfg->eos_ids[cfg->eos_ids_n++] = end;
+    return 0;
+}
+
 // ------------------------------------------------------------------------------------------
 // Start-up summary (rank 0, stderr)
 // ------------------------------------------------------------------------------------------
@@ -139,18 +157,16 @@ static void print_summary(const k25_dist *d, const k25_config *c, const k25_cli 
     }
 }
 
-// --dump-config: the configuration, then the stage layout it gives as .ini comments. Only the
-// layer split is checked (one process may dump a configuration meant for many ranks).
+// --dump-config: the configuration, then the layers of each pipeline stage as .ini comments.
+// Only the layer split is checked and shown: the dump does not depend on the rank count (one
+// process may dump a configuration meant for many ranks).
 static int dump_config(const k25_dist *d, const k25_config *c, char *err) {
     int *first = k25_malloc(sizeof(int) * (size_t)(c->pp + 1));
     int rc = pipeline_layout(c, c->pp, first, err);
     if (rc == 0 && d->world_rank == 0) {
         config_dump(c, stdout);
-        printf("\n; pipeline: %d stage%s", c->pp, c->pp > 1 ? "s" : "");
-        int tp = d->world_size / c->pp;
-        if (d->world_size % c->pp == 0) printf(" x %d rank%s", tp, tp > 1 ? "s" : "");
-        printf("\n");
-        pipeline_print(stdout, ";   ", c, c->pp, first, d->world_size);
+        printf("\n; pipeline: %d stage%s\n", c->pp, c->pp > 1 ? "s" : "");
+        pipeline_print(stdout, ";   ", c, c->pp, first, 0);
     }
     free(first);
     return rc;
@@ -188,6 +204,7 @@ int main(int argc, char **argv) {
                           : tokenizer_cli_detokenize(o.tokenizer_file, o.tokenizer_pattern, stdin, stdout);
     k25_dist d;
     dist_init(&d, &argc, &argv);
+    stop_signal_install();
     if (parse_rc) {
         if (d.world_rank == 0) fprintf(stderr, "k25dec: error: %s\nTry 'k25dec --help'.\n", err);
         dist_finalize(&d);
@@ -223,6 +240,8 @@ int main(int argc, char **argv) {
         prompt = o.tokens;
         n_prompt = o.n_tokens;
         o.tokens = NULL;
+    } else if (o.chat) {
+        ok = chat_prompt(&o, &tc, &cfg, &prompt, &n_prompt, err) == 0;
     } else {
         ok = gen_encode_prompt(&codec, o.prompt, &prompt, &n_prompt, err) == 0;
     }
@@ -295,13 +314,19 @@ int main(int argc, char **argv) {
     agree_or_exit(&d, ok, err);
     if (res.stopped_ctx)
         k25_log("k25dec: note: stopped at the context end (%d positions)\n", cfg.ctx_size);
+    if (res.stopped_signal)
+        k25_log("k25dec: stopped by a signal after %d tokens\n", res.n_tokens);
     print_timings(load_ms, &res);
     if (spec) {
         const k25_spec_stats *st = spec_stats(spec);
+        // eval time above counts target steps ("runs"); a step may emit several tokens.
+        int decoded = res.n_tokens > 0 ? res.n_tokens - 1 : 0;
         k25_log("k25dec: speculative (%s, k = %d): %ld rounds, %ld drafted, %ld accepted, mean "
-                "accepted length %.2f (bonus included), draft time %.2f ms\n",
+                "accepted length %.2f (bonus included), draft time %.2f ms; %d tokens after the "
+                "first in %.2f ms (%.2f tokens per second)\n",
                 spec_draft_kind(spec), spec_k(spec), st->rounds, st->drafted, st->accepted,
-                st->rounds ? (double)st->emitted / st->rounds : 0.0, st->draft_ms);
+                st->rounds ? (double)st->emitted / st->rounds : 0.0, st->draft_ms, decoded,
+                res.eval_ms, res.eval_ms > 0 ? 1e3 * decoded / res.eval_ms : 0.0);
         spec_free(spec);
     }
 
@@ -311,5 +336,5 @@ int main(int argc, char **argv) {
     instance_close(&in);
     cli_free(&o);
     dist_finalize(&d);
-    return 0;
+    return res.stopped_signal ? 130 : 0;
 }

@@ -59,9 +59,10 @@ struct k25_model {
     int32_t *s_tokens, *s_pos, *s_seq;  // [R]
 
     // pipeline
+    int n_stages;                       // stages the layers are split over (1: unsplit)
     int first_stage, last_stage;        // this rank embeds / samples
-    int *stage_first;                   // [pp + 1] first layer of every stage
-    int *mb_cut;                        // [pp + 1] micro-batch row boundaries of a step
+    int *stage_first;                   // [n_stages + 1] first layer of every stage
+    int *mb_cut;                        // [n_stages + 1] micro-batch row boundaries of a step
     float *pp_host;                     // [R][D] host staging when the backend has no pp_send
 };
 
@@ -70,29 +71,35 @@ struct k25_model {
 // ------------------------------------------------------------------------------------------
 
 // Every rank learns every stage's layer range (captured hidden states come from the stage
-// holding the layer) and checks that the stages cover the layers in order.
+// holding the layer) and checks that the stages cover the layers in order. A model that every
+// stage holds whole (a draft next to a pipelined target) runs unsplit on each stage.
 static void share_stage_layout(k25_model *m) {
     const k25_dist *d = m->dist;
+    const int L = m->cfg->n_layers;
     int pp = d->pp_size > 1 ? d->pp_size : 1;
     int mine[2] = {m->w->layer_begin, m->w->layer_end};
     int *all = k25_malloc(sizeof(int) * 2 * (size_t)pp);
     if (pp > 1) MPI_CHECK(MPI_Allgather(mine, 2, MPI_INT, all, 2, MPI_INT, d->pp));
     else all[0] = mine[0], all[1] = mine[1];
+    int whole = 1;
+    for (int s = 0; s < pp; s++) whole &= all[2 * s] == 0 && all[2 * s + 1] == L;
+    if (whole) pp = 1;
+    m->n_stages = pp;
     m->stage_first = k25_malloc(sizeof(int) * (size_t)(pp + 1));
     m->mb_cut = k25_malloc(sizeof(int) * (size_t)(pp + 1));
     for (int s = 0; s < pp; s++) {
         int want = s ? all[2 * s - 1] : 0;
         if (all[2 * s] != want || all[2 * s + 1] <= all[2 * s] ||
-            (s == pp - 1 && all[2 * s + 1] != m->cfg->n_layers))
+            (s == pp - 1 && all[2 * s + 1] != L))
             K25_DIE("model: pipeline stage %d of %d holds layers [%d, %d): the stages must hold "
                     "layers 0..%d in order, each at least one", s, pp, all[2 * s], all[2 * s + 1],
-                    m->cfg->n_layers - 1);
+                    L - 1);
         m->stage_first[s] = all[2 * s];
     }
-    m->stage_first[pp] = m->cfg->n_layers;
+    m->stage_first[pp] = L;
     free(all);
     m->first_stage = m->w->layer_begin == 0;
-    m->last_stage = m->w->layer_end == m->cfg->n_layers;
+    m->last_stage = m->w->layer_end == L;
 }
 
 k25_model *model_create(const k25_config *cfg, k25_weights *w, k25_backend *be,
@@ -278,6 +285,12 @@ static void forward_layers(void *arg) {
 // Pipeline hand-off and broadcasts
 // ------------------------------------------------------------------------------------------
 
+static float *host_staging(k25_model *m) {
+    if (!m->pp_host)
+        m->pp_host = k25_malloc(sizeof(float) * (size_t)m->opts.max_rows * m->cfg->hidden);
+    return m->pp_host;
+}
+
 // Hidden states [n] of h to the next stage / from the previous one: the backend's own hand-off
 // (NCCL, or MPI on host memory), else a copy through host memory and MPI.
 static void hand_on(k25_model *m, size_t n) {
@@ -287,8 +300,7 @@ static void hand_on(k25_model *m, size_t n) {
         be->pp_send(be, m->h, n, to);
         return;
     }
-    if (!m->pp_host) m->pp_host = k25_malloc(sizeof(float) * (size_t)m->opts.max_rows * m->cfg->hidden);
-    be->to_host(be, m->pp_host, m->h, sizeof(float) * n);
+    be->to_host(be, host_staging(m), m->h, sizeof(float) * n);
     pipeline_send_host(m->dist, m->pp_host, n, to);
 }
 
@@ -299,8 +311,7 @@ static void take_over(k25_model *m, size_t n) {
         be->pp_recv(be, m->h, n, from);
         return;
     }
-    if (!m->pp_host) m->pp_host = k25_malloc(sizeof(float) * (size_t)m->opts.max_rows * m->cfg->hidden);
-    pipeline_recv_host(m->dist, m->pp_host, n, from);
+    pipeline_recv_host(m->dist, host_staging(m), n, from);
     be->to_device(be, m->h, m->pp_host, sizeof(float) * n);
 }
 
@@ -316,7 +327,7 @@ static void bcast_stages(const k25_dist *d, float *x, size_t n, int root) {
 // Captured hidden states come from the stage holding the layer (the model's output, layer
 // n_layers, from the last stage).
 static void share_captures(k25_model *m, int T) {
-    int pp = m->dist->pp_size;
+    int pp = m->n_stages;
     for (int i = 0; i < m->n_cap; i++) {
         int l = m->cap_layers[i], owner = pp - 1;
         for (int s = 0; s < pp; s++)
@@ -375,11 +386,12 @@ void model_step(k25_model *m, const k25_batch *b, const int32_t *sample_rows, in
     k25_backend *be = m->be;
     k25_weights *w = m->w;
     const k25_dist *d = m->dist;
-    int pp = d->pp_size > 1 ? d->pp_size : 1;
+    int pp = m->n_stages;
     if (b->T <= 0 || b->T > m->opts.max_rows)
         K25_DIE("model_step: %d rows (this model was created for at most %d)", b->T,
                 m->opts.max_rows);
-    if (n_sample < 0 || n_sample > b->T) K25_DIE("model_step: %d rows to sample of %d", n_sample, b->T);
+    if (n_sample < 0 || n_sample > b->T)
+        K25_DIE("model_step: %d rows to sample of %d", n_sample, b->T);
     for (int i = 0; i < n_sample; i++)
         if (sample_rows[i] < 0 || sample_rows[i] >= b->T)
             K25_DIE("model_step: sample row %d of %d", sample_rows[i], b->T);

@@ -170,8 +170,10 @@ void spec_propose(k25_spec *sp, k25_spec_seq *seqs, int n) {
             s->q = NULL;
             for (int j = 0; j < s->n_draft; j++) {
                 int32_t r = sp->ref(sp->ref_ctx, s->id, s->n_gen + j);
-                K25_CHECK(r >= 0 && r < sp->V, "spec oracle: no reference token %d of request %d",
-                          s->n_gen + j, s->id);
+                if (r < 0 || r >= sp->V) { // the reference ends here (EOS)
+                    s->n_draft = j;
+                    break;
+                }
                 double u = sampler_uniform(s->sampling.seed, (uint64_t)(s->n_gen + j),
                                            SPEC_RNG_ORACLE);
                 s->draft[j] = u < sp->alpha ? r : (r + 1) % sp->V;

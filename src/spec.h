@@ -116,9 +116,9 @@ void spec_release(k25_spec *sp, int slot);
 
 // Controlled acceptance (benchmarks, greedy only): the draft still runs for real, but each
 // proposed token is then replaced by the reference token ref(ctx, id, index) (the target's
-// greedy token of request `id` at generated index `index`, from a plain run) with probability
-// alpha, and by a token that differs from it otherwise. The draft proposes as many tokens as
-// it may (max_draft), whatever the real draft found.
+// greedy token of request `id` at generated index `index`, from a plain run; -1 where the
+// reference ends) with probability alpha, and by a token that differs from it otherwise. The
+// draft proposes as many tokens as it may (max_draft), whatever the real draft found.
 void spec_set_oracle(k25_spec *sp, double alpha,
                      int32_t (*ref)(void *ctx, int id, int index), void *ctx);
 

@@ -736,7 +736,8 @@ int spec_eagle3_create(const spec_env *env, const char *dir, spec_draft *d, char
             return k25_err(err, "EAGLE-3 draft: this binary was built without CUDA");
         }
     } else {
-        e->be = backend_cpu_create(&e->cfg, env->dist, o->threads > 0 ? o->threads : env->cfg->threads);
+        int threads = o->threads > 0 ? o->threads : env->cfg->threads;
+        e->be = backend_cpu_create(&e->cfg, env->dist, threads);
     }
     k25_backend *be = e->be;
     be->load_weights(be, &e->w);

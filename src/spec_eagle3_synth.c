@@ -54,7 +54,8 @@ static void add_norm(sentry *es, int *n, const char *name, int64_t dim) {
 }
 
 static int write_all(FILE *f, const void *p, size_t n, const char *path, char *err) {
-    if (n && fwrite(p, 1, n, f) != n) return k25_err(err, "%s: write error: %s", path, strerror(errno));
+    if (n && fwrite(p, 1, n, f) != n)
+        return k25_err(err, "%s: write error: %s", path, strerror(errno));
     return 0;
 }
 

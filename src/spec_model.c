@@ -253,7 +253,8 @@ int spec_model_create(const spec_env *env, const char *arg, spec_draft *d, char 
                          c->vocab, env->cfg->vocab);
         else if (cap > c->max_pos)
             rc = k25_err(err, "draft model %s: context %d + %d drafts exceeds its "
-                              "max_position_embeddings %d", path, o->ctx_size, o->k + 1, c->max_pos);
+                              "max_position_embeddings %d",
+                         path, o->ctx_size, o->k + 1, c->max_pos);
     }
     if (rc == 0) rc = config_validate(c, err);
     if (rc == 0) rc = config_check_tp(c, env->dist->tp_size, err);

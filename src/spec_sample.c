@@ -28,7 +28,8 @@ void spec_probs(const float *logits, int V, const k25_sampling *p, float *probs)
         k25_softmax_stats s = sampler_local_stats(logits, V, p->temp);
         K25_CHECK(s.sum > 0, "spec: every logit is NaN");
         for (int i = 0; i < V; i++)
-            if (!isnan(logits[i])) probs[i] = (float)(exp((double)logits[i] / p->temp - s.zmax) / s.sum);
+            if (!isnan(logits[i]))
+                probs[i] = (float)(exp((double)logits[i] / p->temp - s.zmax) / s.sum);
         return;
     }
     int c = sampler_cand_count(p);

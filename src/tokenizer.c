@@ -198,8 +198,10 @@ int tokenizer_load(const char *tiktoken_path, const char *config_path, const cha
     if (bpe_vocab_load(&v, tiktoken_path, err)) return -1;
     if (n_vocab == 0) n_vocab = v.n + KIMI_N_RESERVED;
     if (n_vocab < v.n) {
+        int n_tokens = v.n; // bpe_vocab_free clears v
         bpe_vocab_free(&v);
-        return k25_err(err, "%s: %d tokens but the model vocabulary has only %d ids", tiktoken_path, v.n, n_vocab);
+        return k25_err(err, "%s: %d tokens but the model vocabulary has only %d ids", tiktoken_path,
+                       n_tokens, n_vocab);
     }
     k25_tokenizer *t = tokenizer_alloc(n_vocab, v.n);
     t->vocab = v;

@@ -24,8 +24,14 @@
 typedef enum { K25_BF16 = 0, K25_F32 = 1, K25_I32 = 2 } k25_dtype;
 typedef enum { K25_SRC_NONE = 0, K25_SRC_FILE = 1, K25_SRC_SYNTH = 2 } k25_src_kind;
 
+#ifdef __cplusplus
+extern "C" {
+#endif
 size_t k25_dtype_size(k25_dtype t);
 const char *k25_dtype_name(k25_dtype t);
+#ifdef __cplusplus
+}
+#endif
 
 typedef struct k25_tensor {
     char name[128];          // canonical name, e.g. "model.layers.3.self_attn.q_b_proj.weight"
@@ -42,6 +48,9 @@ typedef struct k25_tensor {
     size_t dev_bytes;
 } k25_tensor;
 
+#ifdef __cplusplus
+extern "C" {
+#endif
 // Copies local rows [r0, r0+nr) of the slice into dst (nr * cols elements, stored dtype).
 void tensor_read_rows(const k25_tensor *t, int64_t r0, int64_t nr, void *dst);
 static inline size_t tensor_bytes(const k25_tensor *t) {
@@ -50,6 +59,9 @@ static inline size_t tensor_bytes(const k25_tensor *t) {
 // Element (r, c) of the local slice as float (INT4 packed tensors: the raw word as float is
 // meaningless; use expert_w_dequant).
 float tensor_get_f32(const k25_tensor *t, int64_t r, int64_t c);
+#ifdef __cplusplus
+}
+#endif
 
 // One routed-expert projection: BF16 weight [out, in], or INT4 packed int32 [out, in/8] with
 // bf16 scales [out, in/32] (scale.kind != K25_SRC_NONE).

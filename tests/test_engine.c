@@ -90,7 +90,8 @@ typedef struct run_opts {
 static void run_engine(k25_model *m, const k25_config *eos_cfg, test_req *reqs,
                        const run_opts *ro) {
     char err[K25_ERR_LEN] = "";
-    k25_engine_opts o = {.max_batch = ro->max_batch, .prefill_chunk = ro->prefill_chunk,
+    k25_engine_opts o = {.max_batch = ro->max_batch, .max_seqs = MAX_SEQS,
+                         .prefill_chunk = ro->prefill_chunk,
                          .max_rows = ro->max_rows, .kv_block = KV_BLOCK, .ctx_size = 512,
                          .n_blocks = ro->n_blocks, .prefill_first = ro->prefill_first};
     k25_engine *e = engine_create(m, eos_cfg, &o, err);

@@ -12,6 +12,8 @@
 //     logits within 1e-5 of the row's largest and the same greedy token, on every rank, with
 //     the backend's hand-off (MPI from backend memory) and with the host-memory fallback; the
 //     captured hidden states of layers held by other stages reach every rank;
+//   - a model that every stage holds whole (a draft beside a pipelined target) runs unsplit
+//     on each stage and matches too;
 //   - the engine (continuous batching, chunked prefill, greedy and sampled requests) gives
 //     every request the reference's tokens.
 #include <math.h>
@@ -158,7 +160,8 @@ static void step_both(const char *what, k25_model *ref, k25_model *m, const k25_
     k25_batch b = {s->T, s->tok, s->pos, s->seq, table, MAX_SEQS, MBPS};
     k25_sampling p[MAX_ROWS];
     for (int i = 0; i < s->n_sample; i++) p[i] = (k25_sampling){0, 0, 1, 0, 0};
-    float *lr = k25_malloc(sizeof(float) * MAX_ROWS * V), *lm = k25_malloc(sizeof(float) * MAX_ROWS * V);
+    float *lr = k25_malloc(sizeof(float) * MAX_ROWS * V);
+    float *lm = k25_malloc(sizeof(float) * MAX_ROWS * V);
     int32_t out_ref[MAX_ROWS];
     for (int i = 0; i < s->n_sample; i++) out[i] = -1;
     model_step(ref, &b, s->rows, s->n_sample, p, out_ref, lr);
@@ -301,6 +304,25 @@ static void check_split(k25_dist *d, const k25_config *base, k25_instance *ref, 
         char what2[128];
         snprintf(what2, sizeof what2, "%s, host fallback", what);
         run_steps(what2, ref->m, in.m, &c);
+    }
+
+    // ---- a model configured unsplit (run.pp = 1) on a pipelined world: whole on every stage
+    // (a draft beside the target) ----
+    if (pp > 1) {
+        static k25_config c1;
+        c1 = c;
+        c1.pp = 1;
+        c1.pp_layers_n = 0;
+        k25_instance whole;
+        if (instance_open(&whole, &c1, d, &io, err) != 0) K25_DIE("%s: %s", what, err);
+        CHECK(whole.w.layer_begin == 0 && whole.w.layer_end == c1.n_layers &&
+                  whole.w.embed.kind != K25_SRC_NONE && whole.w.lm_head.kind != K25_SRC_NONE,
+              "%s: an unsplit model holds layers [%d, %d)", what, whole.w.layer_begin,
+              whole.w.layer_end);
+        char what3[128];
+        snprintf(what3, sizeof what3, "%s, unsplit model on every stage", what);
+        run_steps(what3, ref->m, whole.m, &c1);
+        instance_close(&whole);
     }
 
     // ---- the engine ----

@@ -79,10 +79,16 @@ int main(int argc, char **argv) {
         } else if (!strcmp(f, "--out")) {
             out = val;
         } else if (!strcmp(f, "--draft-vocab")) {
-            if (parse_long(val, 1, 1 << 24, &v)) { fprintf(stderr, "k25-mkeagle: --draft-vocab: bad '%s'\n", val); return 2; }
+            if (parse_long(val, 1, 1 << 24, &v)) {
+                fprintf(stderr, "k25-mkeagle: --draft-vocab: bad '%s'\n", val);
+                return 2;
+            }
             o.draft_vocab = (int)v;
         } else if (!strcmp(f, "--intermediate")) {
-            if (parse_long(val, 1, 1 << 24, &v)) { fprintf(stderr, "k25-mkeagle: --intermediate: bad '%s'\n", val); return 2; }
+            if (parse_long(val, 1, 1 << 24, &v)) {
+                fprintf(stderr, "k25-mkeagle: --intermediate: bad '%s'\n", val);
+                return 2;
+            }
             o.intermediate = (int)v;
         } else if (!strcmp(f, "--aux-layers")) {
             char buf[128];
@@ -90,7 +96,7 @@ int main(int argc, char **argv) {
             o.n_aux = 0;
             for (char *save, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
                 if (o.n_aux == 3 || parse_long(t, -1, 1 << 20, &v)) {
-                    fprintf(stderr, "k25-mkeagle: --aux-layers: '%s' is not 1 to 3 layer ids\n", val);
+                    fprintf(stderr, "k25-mkeagle: --aux-layers: '%s' is not 1 to 3 ids\n", val);
                     return 2;
                 }
                 o.aux_ids[o.n_aux++] = (int)v;

@@ -70,7 +70,7 @@ for t in "${targets[@]}"; do
     found=$(( $(ls "$work/artifacts" | wc -l) - before ))
     runs=$(grep -a -o 'stat::number_of_executed_units: *[0-9]*' "$work/log" | tail -1 | grep -o '[0-9]*$')
     [ -z "$runs" ] && runs=$(grep -a -oE '^#[0-9]+' "$work/log" | tail -1 | tr -d '#')
-    last=$(grep -a -E '(DONE|pulse|NEW|REDUCE|INITED).*cov:' "$work/log" | tail -1)
+    last=$(grep -a -E 'cov: [0-9]+ ft: [0-9]+' "$work/log" | tail -1)
     cov=$(sed -n 's/.*cov: \([0-9]*\).*/\1/p' <<<"$last")
     ft=$(sed -n 's/.*ft: \([0-9]*\).*/\1/p' <<<"$last")
     corp=$(sed -n 's/.*corp: \([^ ]*\).*/\1/p' <<<"$last")

@@ -59,7 +59,8 @@ def main():
         print(f"FAIL {label}: positions differ")
         return 1
     same = np.nonzero(tr[:n] != tg[:n])[0]
-    common = n if len(same) == 0 else int(same[0]) + 1  # row of the first different token is still comparable
+    # rows up to the first differing fed token (that row sees another input: not comparable)
+    common = n if len(same) == 0 else int(same[0])
     if not np.isfinite(lg[:n]).all():
         print(f"FAIL {label}: NaN/Inf in the logits")
         return 1
