@@ -13,6 +13,7 @@
 
 #include "cuda_kernels.cuh" // first: gives weights.h C linkage
 #include "backend.h"
+#include "allreduce_oneshot.cuh"
 #include "cuda_backend.h"
 #include "progress.h"
 #include "sampler.h"
@@ -108,6 +109,8 @@ typedef struct cuda_impl {
     // graphs
     graph_entry graphs[MAX_GRAPHS];
     int n_graphs, no_graph, capturing;
+
+    k25_oneshot *oneshot;          // NVLink one-shot all-reduce, NULL: NCCL only
 
     k25_weights *w;
 } cuda_impl;
@@ -682,7 +685,10 @@ static void cuda_allreduce_sum(k25_backend *be, float *x, size_t n) {
     cuda_impl *c = impl_of(be);
     if (c->tp <= 1 || !n) return;
     // f32 on the wire: partial sums stay exact to f32 (a bf16 wire halves the bytes but rounds
-    // every rank's partial, which the golden comparisons would feel)
+    // every rank's partial, which the golden comparisons would feel). Small messages go through
+    // the one-shot NVLink all-reduce when every peer is reachable (it declines above its
+    // measured crossover with NCCL, and the decision is the same on every rank).
+    if (c->oneshot && oneshot_allreduce_f32(c->oneshot, x, n, c->stream) == 0) return;
     NCCL_CHECK(ncclAllReduce(x, x, n, ncclFloat32, ncclSum, c->nccl, c->stream));
 }
 
@@ -868,6 +874,7 @@ static void cuda_destroy(k25_backend *be) {
     free(c->h_pos);
     free(c->h_seq);
     k25k_blas_destroy(c->blas);
+    if (c->oneshot) oneshot_destroy(c->oneshot);
     if (c->nccl) ncclCommDestroy(c->nccl);
     CUDA_CHECK(cudaStreamDestroy(c->stream));
     free(c);
@@ -913,6 +920,12 @@ extern "C" k25_backend *backend_cuda_create(const k25_config *cfg, const k25_dis
         if (c->tp_rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
         MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, dist->tp));
         NCCL_CHECK(ncclCommInitRank(&c->nccl, c->tp, id, c->tp_rank));
+        char oerr[K25_ERR_LEN] = "";
+        c->oneshot = oneshot_create(dist->tp, (size_t)4 << 20, oerr);
+        if (c->tp_rank == 0)
+            k25_log(c->oneshot ? "cuda: one-shot NVLink all-reduce on for small messages\n"
+                               : "cuda: one-shot all-reduce off (%s); NCCL for every sum\n",
+                    oerr);
     }
     const char *ng = getenv("K25_NO_GRAPH");
     c->no_graph = ng && *ng && strcmp(ng, "0") != 0;

@@ -83,8 +83,18 @@ if [ -x "$K25" ]; then
         # bf16 cache's rounding at these tiny sizes (K25_KV_F32 is the backend's exact mode)
         golden "${n}_np1_graph" "$d" 1 K25_KV_F32=1
         golden "${n}_np1_nograph" "$d" 1 K25_KV_F32=1 K25_NO_GRAPH=1
-        if [ "$ngpu" -ge 2 ]; then golden "${n}_np2_graph" "$d" 2 K25_KV_F32=1; fi
+        if [ "$ngpu" -ge 2 ]; then
+            golden "${n}_np2_graph" "$d" 2 K25_KV_F32=1
+            golden "${n}_np2_nccl_only" "$d" 2 K25_KV_F32=1 K25_ONESHOT=0
+        fi
     done
+
+    # ---- the one-shot NVLink all-reduce against NCCL and the host ----
+    AR=$BUILD/tests/gpu_allreduce
+    if [ "$ngpu" -ge 2 ] && [ -x "$AR" ]; then
+        check gpu_allreduce 300 mpirun -np 2 "$AR"
+        check gpu_allreduce_timeout 120 mpirun -np 2 "$AR" --timeout-check
+    fi
 
     # ---- 3. full-dimension synthetic model ----
     full() {
