@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -365,7 +366,13 @@ static int json_int(hf_ctx *h, const char *pfx, const char *key, const cJSON *v,
 
 static int json_float(hf_ctx *h, const char *pfx, const char *key, const cJSON *v, float *out) {
     if (!cJSON_IsNumber(v)) return hf_type_err(h, pfx, key, "a number");
-    *out = (float)cJSON_GetNumberValue(v);
+    // A value that is not a normal float (overflow to inf, or subnormal) would not survive
+    // --dump-config and is never a meaningful model parameter.
+    double d = cJSON_GetNumberValue(v);
+    float f = (float)d;
+    if (!isfinite(f) || (f != 0 && fabsf(f) < FLT_MIN))
+        return hf_type_err(h, pfx, key, "a number in float range");
+    *out = f;
     return 0;
 }
 
@@ -730,8 +737,17 @@ int config_validate(const k25_config *c, char *err) {
         {"run.prefill_chunk", c->prefill_chunk},
         {"run.pp", c->pp},
     };
-    for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
+    // Bounded far above any real model so that products of dimensions stay inside int64 and
+    // per-rank shapes inside int.
+    const int dim_max = 1 << 24;
+    for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++) {
         if (pos[i].v <= 0) return k25_err(err, "%s must be positive (is %d)", pos[i].key, pos[i].v);
+        if (pos[i].v > dim_max)
+            return k25_err(err, "%s = %d is too large (at most %d)", pos[i].key, pos[i].v, dim_max);
+    }
+    if ((int64_t)c->n_shared * c->moe_inter > dim_max)
+        return k25_err(err, "model.n_shared_experts x model.moe_intermediate_size = %lld is too "
+                            "large (at most %d)", (long long)c->n_shared * c->moe_inter, dim_max);
     struct { const char *key; int v; } nonneg[] = {
         {"model.n_shared_experts", c->n_shared}, {"run.n_predict", c->n_predict},
         {"run.top_k", c->sample_top_k},          {"run.threads", c->threads},
