@@ -10,7 +10,8 @@
 //   model:DIR        a draft of the same architecture family loaded like the target from a
 //                    checkpoint directory (config.json + safetensors), sharing the vocabulary
 //   model:FILE.ini[@SEED]
-//                    the same with synthetic weights of a .ini configuration (SEED default 1)
+//                    the same with synthetic weights of a .ini configuration (SEED default 1);
+//                    model:DIR@SEED: DIR's config.json with synthetic weights
 //   eagle3:DIR       EAGLE-3 draft head, MLA variant (Eagle3DeepseekV2ForCausalLM, e.g.
 //                    lightseekorg/kimi-k2.5-eagle3-mla): one MLA decoder layer fed through `fc`
 //                    by three hidden states of the target, captured during its steps
