@@ -6,15 +6,8 @@
 //   mpirun -np N micro_allreduce [--json FILE] [--quick]
 #include <mpi.h>
 #include <nccl.h>
-#include <unistd.h>
 
 #include "micro_common.cuh"
-
-#define NCCL_OK(call)                                                                              \
-    do {                                                                                           \
-        ncclResult_t r_ = (call);                                                                  \
-        if (r_ != ncclSuccess) K25_DIE("NCCL error %s in %s", ncclGetErrorString(r_), #call);      \
-    } while (0)
 
 __global__ void fill_kernel(float *x, size_t n, float v) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
@@ -26,35 +19,10 @@ __global__ void fill_bf16_kernel(uint16_t *x, size_t n, float v) {
 }
 
 int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
-    int rank, size, local;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    MPI_Comm node;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
-    MPI_Comm_rank(node, &local);
-    int ndev = 0;
-    CUDA_CHECK(cudaGetDeviceCount(&ndev));
-    CUDA_CHECK(cudaSetDevice(local % ndev));
-    bench_open_json(argc, argv);
-    if (rank != 0 && bench_json) fclose(bench_json), bench_json = NULL;
+    int rank, size;
+    bench_start_mpi_gpu(&argc, &argv, &rank, &size);
     const int quick = bench_flag(argc, argv, "--quick");
-    char host[64];
-    gethostname(host, sizeof host);
-    cudaDeviceProp prop;
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, local % ndev));
-    char bus[32];
-    cudaDeviceGetPCIBusId(bus, sizeof bus, local % ndev);
-    for (int r = 0; r < size; r++) {
-        if (r == rank) printf("# Rank %d on %s device %d [%s] %s\n", rank, host, local % ndev, bus, prop.name);
-        fflush(stdout);
-        MPI_Barrier(MPI_COMM_WORLD);
-    }
-    ncclUniqueId id;
-    if (rank == 0) NCCL_OK(ncclGetUniqueId(&id));
-    MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
-    ncclComm_t comm;
-    NCCL_OK(ncclCommInitRank(&comm, size, id, rank));
+    ncclComm_t comm = bench_nccl_world(rank, size);
     int ver = 0;
     ncclGetVersion(&ver);
     cudaStream_t s;

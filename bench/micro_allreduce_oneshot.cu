@@ -18,16 +18,9 @@
 #include <math.h>
 #include <mpi.h>
 #include <nccl.h>
-#include <unistd.h>
 
 #include "micro_common.cuh"
 #include "allreduce_oneshot.cuh"
-
-#define NCCL_OK(call)                                                                              \
-    do {                                                                                           \
-        ncclResult_t r_ = (call);                                                                  \
-        if (r_ != ncclSuccess) K25_DIE("NCCL error %s in %s", ncclGetErrorString(r_), #call);      \
-    } while (0)
 
 // Values in [-1, 1) that differ per rank, element and seed.
 __global__ void fill_random(float *x, size_t n, uint32_t seed) {
@@ -39,44 +32,16 @@ __global__ void fill_random(float *x, size_t n, uint32_t seed) {
     }
 }
 
-static int arg_int(int argc, char **argv, const char *name, int dflt) {
-    for (int i = 1; i + 1 < argc; i++)
-        if (!strcmp(argv[i], name)) return atoi(argv[i + 1]);
-    return dflt;
-}
-
 static double max_over_ranks(double v) {
     MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     return v;
 }
 
 int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
-    int rank, size, local;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    MPI_Comm node;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node);
-    MPI_Comm_rank(node, &local);
-    int ndev = 0;
-    CUDA_CHECK(cudaGetDeviceCount(&ndev));
-    CUDA_CHECK(cudaSetDevice(local % ndev));
-    bench_open_json(argc, argv);
-    if (rank != 0 && bench_json) fclose(bench_json), bench_json = NULL;
+    int rank, size;
+    bench_start_mpi_gpu(&argc, &argv, &rank, &size);
     const int quick = bench_flag(argc, argv, "--quick");
-    const int iters = arg_int(argc, argv, "--iters", quick ? 20 : 100), inner = 20;
-    char host[64];
-    gethostname(host, sizeof host);
-    cudaDeviceProp prop;
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, local % ndev));
-    char bus[32];
-    cudaDeviceGetPCIBusId(bus, sizeof bus, local % ndev);
-    for (int r = 0; r < size; r++) {
-        if (r == rank)
-            printf("# Rank %d on %s device %d [%s] %s\n", rank, host, local % ndev, bus, prop.name);
-        fflush(stdout);
-        MPI_Barrier(MPI_COMM_WORLD);
-    }
+    const int iters = bench_int(argc, argv, "--iters", quick ? 20 : 100), inner = 20;
 
     const int D = 7168, Mmax = 256;
     char err[K25_ERR_LEN];
@@ -90,14 +55,11 @@ int main(int argc, char **argv) {
     oneshot_describe(os, desc, sizeof desc);
     const size_t default_limit = oneshot_limit(os);
     oneshot_set_limit(os, SIZE_MAX); // measure every size
-    oneshot_tune(os, arg_int(argc, argv, "--cluster", 0), arg_int(argc, argv, "--flat-blocks", 0),
-                 arg_int(argc, argv, "--push-words", -1));
+    oneshot_tune(os, bench_int(argc, argv, "--cluster", 0),
+                 bench_int(argc, argv, "--flat-blocks", 0),
+                 bench_int(argc, argv, "--push-words", -1));
 
-    ncclUniqueId id;
-    if (rank == 0) NCCL_OK(ncclGetUniqueId(&id));
-    MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
-    ncclComm_t comm;
-    NCCL_OK(ncclCommInitRank(&comm, size, id, rank));
+    ncclComm_t comm = bench_nccl_world(rank, size);
     int ver = 0;
     ncclGetVersion(&ver);
     cudaStream_t s;

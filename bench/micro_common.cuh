@@ -116,3 +116,72 @@ static void print_device(FILE *f) {
             p.name, p.multiProcessorCount, p.totalGlobalMem / 1073741824.0, p.l2CacheSize >> 20,
             rt, drv);
 }
+
+// Start of a single-GPU benchmark (device 0): --json, a stream, the SM count, the device line
+// and the device-to-device copy bandwidth (printed and written as a JSON line). Returns the
+// copy bandwidth in GB/s.
+static double bench_start_single_gpu(int argc, char **argv, cudaStream_t *s, int *sms) {
+    bench_open_json(argc, argv);
+    CUDA_CHECK(cudaStreamCreate(s));
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    *sms = prop.multiProcessorCount;
+    print_device(stdout);
+    const double copy_gbs = copy_bandwidth_gbs(*s, (size_t)1 << 30);
+    printf("# device-to-device copy: %.0f GB/s (read + write)\n", copy_gbs);
+    bench_jsonl("{\"bench\":\"copy\",\"gbs\":%.1f}", copy_gbs);
+    return copy_gbs;
+}
+
+// Multi-rank benchmarks (one MPI rank per GPU, NCCL): available when the including file has
+// included <mpi.h> and <nccl.h> first.
+#if defined(MPI_VERSION) && defined(NCCL_MAJOR)
+#include <unistd.h>
+
+#define NCCL_OK(call)                                                                              \
+    do {                                                                                           \
+        ncclResult_t r_ = (call);                                                                  \
+        if (r_ != ncclSuccess) K25_DIE("NCCL error %s in %s", ncclGetErrorString(r_), #call);      \
+    } while (0)
+
+// MPI_Init, then this rank's GPU: its node-local rank modulo the GPUs it sees. --json is
+// opened on rank 0 only. Every rank prints its host, device, PCI bus and device name, in rank
+// order.
+static void bench_start_mpi_gpu(int *argc, char ***argv, int *rank, int *size) {
+    MPI_Init(argc, argv);
+    int local;
+    MPI_Comm_rank(MPI_COMM_WORLD, rank);
+    MPI_Comm_size(MPI_COMM_WORLD, size);
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, *rank, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &local);
+    int ndev = 0;
+    CUDA_CHECK(cudaGetDeviceCount(&ndev));
+    CUDA_CHECK(cudaSetDevice(local % ndev));
+    bench_open_json(*argc, *argv);
+    if (*rank != 0 && bench_json) fclose(bench_json), bench_json = NULL;
+    char host[64];
+    gethostname(host, sizeof host);
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, local % ndev));
+    char bus[32];
+    cudaDeviceGetPCIBusId(bus, sizeof bus, local % ndev);
+    for (int r = 0; r < *size; r++) {
+        if (r == *rank)
+            printf("# Rank %d on %s device %d [%s] %s\n", *rank, host, local % ndev, bus,
+                   prop.name);
+        fflush(stdout);
+        MPI_Barrier(MPI_COMM_WORLD);
+    }
+}
+
+// An NCCL communicator over MPI_COMM_WORLD (rank 0 makes the unique id).
+static ncclComm_t bench_nccl_world(int rank, int size) {
+    ncclUniqueId id;
+    if (rank == 0) NCCL_OK(ncclGetUniqueId(&id));
+    MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+    ncclComm_t comm;
+    NCCL_OK(ncclCommInitRank(&comm, size, id, rank));
+    return comm;
+}
+#endif

@@ -11,19 +11,12 @@
 #include "synth.h"
 
 int main(int argc, char **argv) {
-    bench_open_json(argc, argv);
     const int quick = bench_flag(argc, argv, "--quick");
     cudaStream_t s;
-    CUDA_CHECK(cudaStreamCreate(&s));
-    cudaDeviceProp prop;
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-    const int sms = prop.multiProcessorCount;
-    print_device(stdout);
-    const double copy_gbs = copy_bandwidth_gbs(s, (size_t)1 << 30);
-    printf("# device-to-device copy: %.0f GB/s (read + write)\n", copy_gbs);
+    int sms;
+    const double copy_gbs = bench_start_single_gpu(argc, argv, &s, &sms);
     printf("# one call = latent norm + rope + cache write + q absorption + split attention + "
            "merge + W_UV; bytes = cache rows read (ctx x 1152 B per sequence)\n");
-    bench_jsonl("{\"bench\":\"copy\",\"gbs\":%.1f}", copy_gbs);
     const int L = 512, dr = 64, dn = 128, dv = 128, W = L + dr, kv_block = 64;
     const int ctxs_full[] = {1024, 2048, 4096, 8192, 16384, 32768};
     const int ctxs_quick[] = {1024, 8192, 32768};

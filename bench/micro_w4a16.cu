@@ -207,21 +207,14 @@ static int check(const tp_setup &S, int T, const float *x_dev, int num_sms, cuda
 }
 
 int main(int argc, char **argv) {
-    bench_open_json(argc, argv);
     const int quick = bench_flag(argc, argv, "--quick");
     cudaStream_t s;
-    CUDA_CHECK(cudaStreamCreate(&s));
-    cudaDeviceProp prop;
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-    const int sms = prop.multiProcessorCount;
-    print_device(stdout);
-    const double copy_gbs = copy_bandwidth_gbs(s, (size_t)1 << 30);
-    printf("# device-to-device copy: %.0f GB/s (read + write)\n", copy_gbs);
+    int sms;
+    const double copy_gbs = bench_start_single_gpu(argc, argv, &s, &sms);
     printf("# W4A16: one MoE step = sort + gate/up GEMM + SiLU*up + down GEMM + combine over 8 "
            "active experts of M tokens each; bytes = INT4 weights + bf16 scales of 8 experts\n");
     printf("# cuBLASLt: 16 BF16 GEMMs (gate+up [M x %d] x [%d x 2I], down [M x I] x [I x %d]) "
            "per step, bf16 activations given\n", HID, HID, HID);
-    bench_jsonl("{\"bench\":\"copy\",\"gbs\":%.1f}", copy_gbs);
     k25k_blas *blas = k25k_blas_create((size_t)32 << 20);
     int fails = 0;
     const int Ms_full[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};

@@ -127,6 +127,7 @@ void cli_usage(FILE *f) {
         "  --print-ids           print generated token ids instead of text\n"
         "  --dump-logits FILE    write the logits of every position (K25LOGIT format)\n"
         "  --check-finite        stop at the first NaN/Inf hidden state, naming layer/position\n"
+        "                        (on by default in debug builds, make DEBUG=1)\n"
         "  -v, --verbose         more logging on stderr\n"
         "  -h, --help            this text\n"
         "\n"

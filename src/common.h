@@ -13,6 +13,14 @@
 
 #define K25_ERR_LEN 512
 
+// Debug builds (make DEBUG=1) check every layer's hidden state for NaN/Inf by default; release
+// builds do it with --check-finite.
+#if defined(K25_DEBUG) && K25_DEBUG
+#define K25_CHECK_FINITE_DEFAULT 1
+#else
+#define K25_CHECK_FINITE_DEFAULT 0
+#endif
+
 #if defined(__GNUC__)
 #define K25_NORETURN __attribute__((noreturn))
 #define K25_PRINTF(a, b) __attribute__((format(printf, a, b)))

@@ -274,7 +274,7 @@ int main(int argc, char **argv) {
         .backend = cfg.backend,
         .threads = cfg.threads,
         .model = {.max_seqs = 1, .max_rows = chunk, .kv_block = cfg.kv_block, .n_blocks = 0,
-                  .check_finite = o.check_finite},
+                  .check_finite = o.check_finite || K25_CHECK_FINITE_DEFAULT},
     };
     k25_instance in;
     agree_or_exit(&d, instance_open(&in, &cfg, &d, &io, err) == 0, err);

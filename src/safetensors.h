@@ -70,3 +70,32 @@ const st_tensor *st_find(const st_file *f, const char *name);
 #ifdef __cplusplus
 }
 #endif
+
+// ------------------------------------------------------------------------------------------
+// Writing
+// ------------------------------------------------------------------------------------------
+
+// One tensor of a file being written: its byte range [begin, end) in the data buffer.
+typedef struct st_out_tensor {
+    const char *name;
+    st_dtype dtype;
+    int ndim;
+    const int64_t *shape;       // [ndim]
+    uint64_t begin, end;
+} st_out_tensor;
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// Creates path and writes the 8-byte header length and the JSON header ("__metadata__"
+// {"format":"pt"}, then the tensors in the order given, padded with spaces to a multiple of 8
+// bytes). Returns the file positioned at the start of the data buffer, which the caller writes
+// and closes; or NULL with a message naming path.
+FILE *st_write_header(const char *path, const st_out_tensor *ts, int n, char *err);
+// fwrite of n bytes; -1 with a message naming path when it falls short.
+int st_write_all(FILE *f, const void *p, size_t n, const char *path, char *err);
+
+#ifdef __cplusplus
+}
+#endif

@@ -53,48 +53,23 @@ static void add_norm(sentry *es, int *n, const char *name, int64_t dim) {
     add(es, n, name, 0, dim, K25_SYNTH_NORM, 0);
 }
 
-static int write_all(FILE *f, const void *p, size_t n, const char *path, char *err) {
-    if (n && fwrite(p, 1, n, f) != n)
-        return k25_err(err, "%s: write error: %s", path, strerror(errno));
-    return 0;
-}
-
 static int write_file(const char *path, sentry *es, int n, uint64_t seed, char *err) {
     uint64_t off = 0;
+    st_out_tensor ts[32];
+    K25_CHECK(n <= 32, "%d tensors", n);
     for (int i = 0; i < n; i++) {
         es[i].begin = off;
         off += es[i].bytes;
+        ts[i] = (st_out_tensor){.name = es[i].name, .dtype = es[i].dtype, .ndim = es[i].ndim,
+                                .shape = es[i].shape, .begin = es[i].begin, .end = off};
     }
-    size_t cap = 256 + (size_t)n * 256, len = 0;
-    char *hdr = k25_malloc(cap);
-    len += (size_t)snprintf(hdr, cap, "{\"__metadata__\":{\"format\":\"pt\"}");
-    for (int i = 0; i < n; i++) {
-        const sentry *e = &es[i];
-        len += (size_t)snprintf(hdr + len, cap - len, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[",
-                                e->name, st_dtype_name(e->dtype));
-        for (int d = 0; d < e->ndim; d++)
-            len += (size_t)snprintf(hdr + len, cap - len, "%s%lld", d ? "," : "",
-                                    (long long)e->shape[d]);
-        len += (size_t)snprintf(hdr + len, cap - len, "],\"data_offsets\":[%llu,%llu]}",
-                                (unsigned long long)e->begin,
-                                (unsigned long long)(e->begin + e->bytes));
-    }
-    len += (size_t)snprintf(hdr + len, cap - len, "}");
-    while (len % 8) hdr[len++] = ' ';
-    K25_CHECK(len < cap, "header buffer overflow");
-    FILE *f = fopen(path, "wb");
-    if (!f) {
-        free(hdr);
-        return k25_err(err, "%s: cannot create: %s", path, strerror(errno));
-    }
-    uint8_t le[8];
-    for (int i = 0; i < 8; i++) le[i] = (uint8_t)((uint64_t)len >> (8 * i));
-    int rc = write_all(f, le, 8, path, err) || write_all(f, hdr, len, path, err);
-    free(hdr);
+    FILE *f = st_write_header(path, ts, n, err);
+    if (!f) return -1;
+    int rc = 0;
     for (int i = 0; i < n && !rc; i++) {
         const sentry *e = &es[i];
         if (e->kind < 0) {
-            rc = write_all(f, e->raw, e->bytes, path, err);
+            rc = st_write_all(f, e->raw, e->bytes, path, err);
             continue;
         }
         // The generator's values of a whole global tensor, a row at a time.
@@ -111,7 +86,7 @@ static int write_file(const char *path, sentry *es, int n, uint64_t seed, char *
         uint16_t *row = k25_malloc(sizeof(uint16_t) * (size_t)t.cols);
         for (int64_t r = 0; r < t.rows && !rc; r++) {
             tensor_read_rows(&t, r, 1, row);
-            rc = write_all(f, row, sizeof(uint16_t) * (size_t)t.cols, path, err);
+            rc = st_write_all(f, row, sizeof(uint16_t) * (size_t)t.cols, path, err);
         }
         free(row);
     }

@@ -5,7 +5,7 @@
 //
 // Tensor-parallel split over tp ranks (r = tp rank), global shapes as in the checkpoint,
 // PyTorch [out, in] row-major:
-//   embed_tokens [V, D]           replicated (rows read on demand)
+//   embed_tokens [V, D]           replicated (rows read on demand); first pipeline stage only
 //   q_a_proj, kv_a_proj_with_mqa  replicated (their outputs are normalized over the full width)
 //   q_b_proj  [H*192, q_lora]     rows of heads [r*H/tp, (r+1)*H/tp)
 //   kv_b_proj [H*256, kv_lora]    rows of the same heads
@@ -15,7 +15,7 @@
 //   experts gate, up [I_e, D]     rows [r*I_e/tp, ...) (INT4: packed rows + scale rows)
 //   experts down [D, I_e]         columns of the same range (packed cols / 8, scale cols / 32)
 //   router gate [E, D], bias [E]  replicated
-//   lm_head [V, D]                rows [r*V/tp, (r+1)*V/tp) (vocabulary-parallel)
+//   lm_head [V, D]                rows [r*V/tp, (r+1)*V/tp) (vocabulary-parallel); last stage
 //   norms                         replicated
 #pragma once
 #include "common.h"

@@ -3,22 +3,12 @@
 // input, Hugging Face config.json mapping, tensor-parallel checks, and the derived softmax
 // scale and YaRN frequencies against an independent double-precision computation.
 #include "config.h"
+#include "test_util.h"
 
 #include <math.h>
 #include <string.h>
 #include <unistd.h>
 
-static int n_fail = 0;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            n_fail++;                                                                              \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                       \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-        }                                                                                          \
-    } while (0)
 
 // Every listed substring must occur in msg.
 static int has_all(const char *msg, const char *a, const char *b, const char *c) {
@@ -655,8 +645,8 @@ int main(void) {
     test_validate();
     test_check_tp();
     test_derived();
-    if (n_fail) {
-        fprintf(stderr, "test_config: %d check(s) failed\n", n_fail);
+    if (test_failures) {
+        fprintf(stderr, "test_config: %d check(s) failed\n", test_failures);
         return 1;
     }
     printf("test_config: ok\n");

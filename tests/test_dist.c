@@ -4,20 +4,10 @@
 //   test_dist --mpi-error   makes an invalid MPI call (must die naming the call)
 //   (SLURM_NTASKS > 1 with a world of one rank must die before the test starts)
 #include "dist.h"
+#include "test_util.h"
 
 #include <string.h>
 
-static int n_fail = 0;
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            n_fail++;                                                                              \
-            fprintf(stderr, "FAIL rank %d %s:%d: %s: ", k25_log_rank, __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-        }                                                                                          \
-    } while (0)
 
 // Value rank r puts at index i; small integers and halves, so float sums are exact.
 static float contrib(int r, size_t i) { return (float)(r * 1000 + (int)(i % 997)) * 0.5f; }
@@ -99,7 +89,7 @@ int main(int argc, char **argv) {
     CHECK(dist_all_ok(&d, 0) == 0, "nobody ok");
     CHECK(dist_all_ok(&d, 7) == 1, "any non-zero is ok");
 
-    int ok = dist_all_ok(&d, n_fail == 0);
+    int ok = dist_all_ok(&d, test_failures == 0);
     if (r == 0) printf("test_dist: %d rank(s): %s\n", n, ok ? "ok" : "FAILED");
     dist_finalize(&d);
     return ok ? 0 : 1;

@@ -11,19 +11,10 @@
 // also agree on every token.
 #include "engine.h"
 #include "instance.h"
+#include "test_util.h"
 
 #include <string.h>
 
-static int n_fail = 0;
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            n_fail++;                                                                              \
-            fprintf(stderr, "FAIL rank %d %s:%d: %s: ", k25_log_rank, __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-        }                                                                                          \
-    } while (0)
 
 #define N_REQ 14
 #define KV_BLOCK 4
@@ -39,41 +30,16 @@ typedef struct test_req {
 } test_req;
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
-static int rnd(int n) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (int)(rng_state % (uint64_t)n);
-}
+static int rnd(int n) { return test_rnd(&rng_state, n); }
 
 // ------------------------------------------------------------------------------------------
 // Reference: one request alone, straight on model_step
 // ------------------------------------------------------------------------------------------
 
 static void run_alone(k25_model *m, const k25_config *eos_cfg, test_req *r) {
-    int mbps = 512 / KV_BLOCK;
-    int32_t *table = k25_malloc(sizeof(int32_t) * MAX_SEQS * mbps);
-    for (int i = 0; i < MAX_SEQS * mbps; i++) table[i] = -1;
-    int slot = 3; // any slot: the engine's choice must not matter
-    for (int i = 0; i < mbps; i++) table[slot * mbps + i] = i;
-    int32_t tok[64], pos[64], seq[64];
-    for (int i = 0; i < r->n_prompt; i++) tok[i] = r->prompt[i], pos[i] = i, seq[i] = slot;
-    k25_batch b = {.T = r->n_prompt, .tokens = tok, .pos = pos, .seq = seq,
-                   .block_table = table, .max_seqs = MAX_SEQS, .max_blocks_per_seq = mbps};
-    int32_t row = r->n_prompt - 1, out;
-    r->n_ref = 0;
-    for (;;) {
-        k25_sampling sp = r->sp;
-        sp.counter = (uint64_t)r->n_ref;
-        model_step(m, &b, &row, 1, &sp, &out, NULL);
-        r->ref[r->n_ref++] = out;
-        if ((!r->ignore_eos && config_is_eos(eos_cfg, out)) || r->n_ref == r->max_new) break;
-        tok[0] = out;
-        pos[0] = r->n_prompt + r->n_ref - 1;
-        b.T = 1;
-        row = 0;
-    }
-    free(table);
+    // Slot 3: any slot, the engine's choice must not matter.
+    r->n_ref = test_decode_alone(m, eos_cfg, r->prompt, r->n_prompt, r->max_new, r->ignore_eos,
+                                 r->sp, 3, MAX_SEQS, 512, KV_BLOCK, r->ref);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -192,18 +158,13 @@ static void check_refusals(k25_model *m, const k25_config *cfg) {
 int main(int argc, char **argv) {
     k25_dist d;
     dist_init(&d, &argc, &argv);
-    char err[K25_ERR_LEN] = "";
     k25_config cfg;
-    config_init_defaults(&cfg);
-    if (config_load_ini(&cfg, "config/tiny.ini", err) != 0) K25_DIE("%s", err);
-    cfg.threads = 1;
-    if (instance_setup_dist(&d, &cfg, err) != 0) K25_DIE("%s", err);
+    test_tiny_config(&cfg);
     k25_instance in;
     const char *backend = argc > 2 && !strcmp(argv[1], "--backend") ? argv[2] : "cpu";
-    k25_instance_opts io = {.synth_seed = 1, .backend = backend,
-                            .model = {.max_seqs = MAX_SEQS, .max_rows = MAX_ROWS,
-                                      .kv_block = KV_BLOCK}};
-    if (instance_open(&in, &cfg, &d, &io, err) != 0) K25_DIE("%s", err);
+    test_open_instance(&in, &cfg, &d, backend,
+                       (k25_model_opts){.max_seqs = MAX_SEQS, .max_rows = MAX_ROWS,
+                                        .kv_block = KV_BLOCK});
 
     // The requests: prompts of 1..40 tokens, 1..24 new tokens, greedy and sampled.
     static test_req reqs[N_REQ];
@@ -256,7 +217,7 @@ int main(int argc, char **argv) {
     MPI_CHECK(MPI_Bcast(&h0, 1, MPI_UINT64_T, 0, d.world));
     CHECK(h0 == h, "rank %d generated different tokens from rank 0", d.world_rank);
 
-    int ok = dist_all_ok(&d, n_fail == 0);
+    int ok = dist_all_ok(&d, test_failures == 0);
     instance_close(&in);
     if (d.world_rank == 0)
         printf("test_engine (%d ranks, %s): %s\n", d.world_size, backend, ok ? "ok" : "FAILED");

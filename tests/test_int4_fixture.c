@@ -7,21 +7,12 @@
 #include <string.h>
 
 #include "int4.h"
+#include "test_util.h"
 
 #define FIXTURE "tests/data/int4_fixture/int4_pack.txt"
 #define MAX_ROWS 64
 #define MAX_COLS 256
 
-static int failures;
-#define EXPECT(cond, ...)                                                                          \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
 
 typedef struct fixture {
     int rows, cols;
@@ -173,8 +164,8 @@ int main(void) {
     check_codes(&fx);
     check_pack_unpack(&fx);
     check_dequant(&fx);
-    if (failures) {
-        fprintf(stderr, "%d failures\n", failures);
+    if (test_failures) {
+        fprintf(stderr, "%d failures\n", test_failures);
         return 1;
     }
     printf("int4 fixture (compressed-tensors %s): %d x %d packed, unpacked and dequantized "

@@ -1,19 +1,10 @@
 // Paged cache allocator: open/grow/close, exhaustion and waiting, truncation, and a random
 // workload checked against a plain count of blocks after every operation.
 #include "kvcache.h"
+#include "test_util.h"
 
 #include <string.h>
 
-static int failures;
-#define EXPECT(cond, ...)                                                                          \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-            failures++;                                                                            \
-        }                                                                                          \
-    } while (0)
 
 static void expect_ok(const k25_kvcache *c, const char *when) {
     char err[K25_ERR_LEN];
@@ -108,12 +99,7 @@ static void test_beyond_promise(void) {
 // ------------------------------------------------------------------------------------------
 
 static uint64_t rng = 88172645463325252ull;
-static int rnd(int n) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (int)(rng % (uint64_t)n);
-}
+static int rnd(int n) { return test_rnd(&rng, n); }
 
 static void test_random(void) {
     enum { NB = 37, BS = 5, SEQS = 6, W = 12 };
@@ -121,7 +107,7 @@ static void test_random(void) {
     char err[K25_ERR_LEN];
     EXPECT(kvcache_init(&c, NB, BS, SEQS, W, err) == 0, "init: %s", err);
     int open[SEQS] = {0}, maxlen[SEQS] = {0}, len[SEQS] = {0};
-    for (int it = 0; it < 20000 && failures == 0; it++) {
+    for (int it = 0; it < 20000 && test_failures == 0; it++) {
         int s = rnd(SEQS), op = rnd(4);
         // What a plain count says: blocks promised to open slots (their max) and held beyond.
         int promised = 0, held_beyond = 0;
@@ -174,8 +160,8 @@ int main(void) {
     test_basic();
     test_beyond_promise();
     test_random();
-    if (failures) {
-        fprintf(stderr, "test_kvcache: %d failures\n", failures);
+    if (test_failures) {
+        fprintf(stderr, "test_kvcache: %d failures\n", test_failures);
         return 1;
     }
     printf("test_kvcache: ok\n");

@@ -22,17 +22,8 @@
 #include "engine.h"
 #include "instance.h"
 #include "pipeline.h"
+#include "test_util.h"
 
-static int n_fail = 0;
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            n_fail++;                                                                              \
-            fprintf(stderr, "FAIL rank %d %s:%d: %s: ", k25_log_rank, __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-        }                                                                                          \
-    } while (0)
 
 enum { KV_BLOCK = 4, MAX_SEQS = 4, MAX_ROWS = 32, CTX = 64, MBPS = CTX / KV_BLOCK };
 
@@ -345,7 +336,7 @@ static void check_split(k25_dist *d, const k25_config *base, k25_instance *ref, 
     CHECK(h0 == h, "%s: rank %d's engine tokens differ from rank 0's", what, d->world_rank);
 
     instance_close(&in);
-    if (d->world_rank == 0) printf("  %s: ok so far (%d failures)\n", what, n_fail);
+    if (d->world_rank == 0) printf("  %s: ok so far (%d failures)\n", what, test_failures);
 }
 
 int main(int argc, char **argv) {
@@ -353,9 +344,7 @@ int main(int argc, char **argv) {
     dist_init(&d, &argc, &argv);
     char err[K25_ERR_LEN] = "";
     k25_config cfg;
-    config_init_defaults(&cfg);
-    if (config_load_ini(&cfg, "config/tiny.ini", err) != 0) K25_DIE("%s", err);
-    cfg.threads = 1;
+    test_tiny_config(&cfg);
     cfg.ctx_size = CTX;
     cfg.kv_block = KV_BLOCK;
 
@@ -386,7 +375,7 @@ int main(int argc, char **argv) {
     }
     CHECK(n_run > 0, "no split for %d ranks", d.world_size);
 
-    int ok = dist_all_ok(&d, n_fail == 0);
+    int ok = dist_all_ok(&d, test_failures == 0);
     instance_close(&ref);
     if (d.world_rank == 0)
         printf("test_pipeline on %d rank%s: %s\n", d.world_size, d.world_size > 1 ? "s" : "",

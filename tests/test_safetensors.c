@@ -11,17 +11,8 @@
 
 #include "safetensors.h"
 #include "weights.h"
+#include "test_util.h"
 
-static int failures;
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            failures++;                                                                            \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-        }                                                                                          \
-    } while (0)
 
 #define FNAME "bad.safetensors"
 
@@ -44,12 +35,12 @@ static void expect_error(const char *what, const char *json, size_t data_len, ..
     st_file f;
     char err[K25_ERR_LEN] = "";
     int rc = st_parse_buffer(&f, FNAME, b, len, err);
-    CHECK(rc == -1, "%s: accepted", what);
+    EXPECT(rc == -1, "%s: accepted", what);
     if (rc == 0) st_close(&f);
     va_list ap;
     va_start(ap, data_len);
     for (const char *s; (s = va_arg(ap, const char *));)
-        CHECK(strstr(err, s), "%s: message \"%s\" lacks \"%s\"", what, err, s);
+        EXPECT(strstr(err, s), "%s: message \"%s\" lacks \"%s\"", what, err, s);
     va_end(ap);
     free(b);
 }
@@ -66,25 +57,25 @@ static const char *valid_json =
     "\"f.scalar\":{\"dtype\":\"I64\",\"shape\":[],\"data_offsets\":[48,56]}}    ";
 
 static void check_valid_table(const st_file *f, const uint8_t *data) {
-    CHECK(f->n_tensors == 6, "n_tensors %d", f->n_tensors);
-    CHECK(f->n_metadata == 1, "n_metadata %d", f->n_metadata);
+    EXPECT(f->n_tensors == 6, "n_tensors %d", f->n_tensors);
+    EXPECT(f->n_metadata == 1, "n_metadata %d", f->n_metadata);
     const st_tensor *a = st_find(f, "a.weight"), *b = st_find(f, "b.bias"),
                     *c = st_find(f, "c.packed"), *d = st_find(f, "d.half"),
                     *e = st_find(f, "e.empty"), *s = st_find(f, "f.scalar");
-    CHECK(a && b && c && d && e && s, "lookup failed");
-    CHECK(!st_find(f, "__metadata__") && !st_find(f, "a") && !st_find(f, "z"), "phantom tensor");
+    EXPECT(a && b && c && d && e && s, "lookup failed");
+    EXPECT(!st_find(f, "__metadata__") && !st_find(f, "a") && !st_find(f, "z"), "phantom tensor");
     if (!(a && b && c && d && e && s)) return;
-    CHECK(a->dtype == ST_BF16 && a->k25_dtype == K25_BF16 && a->ndim == 2 && a->shape[0] == 2 &&
+    EXPECT(a->dtype == ST_BF16 && a->k25_dtype == K25_BF16 && a->ndim == 2 && a->shape[0] == 2 &&
               a->shape[1] == 3 && a->numel == 6 && a->begin == 16 && a->end == 28,
           "a.weight entry");
-    CHECK(b->dtype == ST_F32 && b->k25_dtype == K25_F32 && b->ndim == 1 && b->shape[0] == 4,
+    EXPECT(b->dtype == ST_F32 && b->k25_dtype == K25_F32 && b->ndim == 1 && b->shape[0] == 4,
           "b.bias entry");
-    CHECK(c->dtype == ST_I32 && c->k25_dtype == K25_I32, "c.packed entry");
-    CHECK(d->dtype == ST_F16 && d->k25_dtype == -1, "F16 recognized, not usable by the model");
-    CHECK(e->numel == 0 && e->ndim == 2, "empty tensor");
-    CHECK(s->ndim == 0 && s->numel == 1 && s->k25_dtype == -1, "0-rank tensor");
-    CHECK(a->data == data + 16 && b->data == data && c->data == data + 28, "data pointers");
-    CHECK(a->data[0] == 16 % 251 && c->data[15] == 43, "data bytes");
+    EXPECT(c->dtype == ST_I32 && c->k25_dtype == K25_I32, "c.packed entry");
+    EXPECT(d->dtype == ST_F16 && d->k25_dtype == -1, "F16 recognized, not usable by the model");
+    EXPECT(e->numel == 0 && e->ndim == 2, "empty tensor");
+    EXPECT(s->ndim == 0 && s->numel == 1 && s->k25_dtype == -1, "0-rank tensor");
+    EXPECT(a->data == data + 16 && b->data == data && c->data == data + 28, "data pointers");
+    EXPECT(a->data[0] == 16 % 251 && c->data[15] == 43, "data bytes");
 }
 
 static void test_valid(void) {
@@ -93,7 +84,7 @@ static void test_valid(void) {
     st_file f;
     char err[K25_ERR_LEN];
     int rc = st_parse_buffer(&f, FNAME, b, len, err);
-    CHECK(rc == 0, "valid buffer refused: %s", err);
+    EXPECT(rc == 0, "valid buffer refused: %s", err);
     if (!rc) {
         check_valid_table(&f, b + 8 + strlen(valid_json));
         st_close(&f);
@@ -101,27 +92,27 @@ static void test_valid(void) {
     // The same bytes through a real file and mmap.
     char path[] = "/tmp/k25-st-XXXXXX";
     int fd = mkstemp(path);
-    CHECK(fd >= 0 && write(fd, b, len) == (ssize_t)len, "temp file");
+    EXPECT(fd >= 0 && write(fd, b, len) == (ssize_t)len, "temp file");
     close(fd);
     rc = st_open(&f, path, err);
-    CHECK(rc == 0, "st_open refused a valid file: %s", err);
+    EXPECT(rc == 0, "st_open refused a valid file: %s", err);
     if (!rc) {
         check_valid_table(&f, f.data);
-        CHECK(f.data == (const uint8_t *)f.map + 8 + strlen(valid_json), "mapped data offset");
-        CHECK(!strcmp(f.path, path), "path kept");
+        EXPECT(f.data == (const uint8_t *)f.map + 8 + strlen(valid_json), "mapped data offset");
+        EXPECT(!strcmp(f.path, path), "path kept");
         st_close(&f);
     }
     // Truncated on disk: the message names the file and the tensor past the end.
-    CHECK(truncate(path, (off_t)(len - 4)) == 0, "truncate");
+    EXPECT(truncate(path, (off_t)(len - 4)) == 0, "truncate");
     rc = st_open(&f, path, err);
-    CHECK(rc == -1 && strstr(err, path) && strstr(err, "f.scalar") && strstr(err, "truncated"),
+    EXPECT(rc == -1 && strstr(err, path) && strstr(err, "f.scalar") && strstr(err, "truncated"),
           "truncated file: %s", err);
-    CHECK(truncate(path, 5) == 0, "truncate");
+    EXPECT(truncate(path, 5) == 0, "truncate");
     rc = st_open(&f, path, err);
-    CHECK(rc == -1 && strstr(err, path) && strstr(err, "too short"), "5-byte file: %s", err);
+    EXPECT(rc == -1 && strstr(err, path) && strstr(err, "too short"), "5-byte file: %s", err);
     unlink(path);
     rc = st_open(&f, path, err);
-    CHECK(rc == -1 && strstr(err, path), "missing file: %s", err);
+    EXPECT(rc == -1 && strstr(err, path), "missing file: %s", err);
     free(b);
 }
 
@@ -132,19 +123,19 @@ static void test_bad(void) {
         uint8_t *b = image(valid_json, 56, &len);
         st_file f;
         char err[K25_ERR_LEN] = "";
-        CHECK(st_parse_buffer(&f, FNAME, b, len - 1, err) == -1 && strstr(err, FNAME) &&
+        EXPECT(st_parse_buffer(&f, FNAME, b, len - 1, err) == -1 && strstr(err, FNAME) &&
                   strstr(err, "f.scalar"),
               "truncated buffer: %s", err);
-        CHECK(st_parse_buffer(&f, FNAME, b, 7, err) == -1 && strstr(err, FNAME),
+        EXPECT(st_parse_buffer(&f, FNAME, b, 7, err) == -1 && strstr(err, FNAME),
               "7-byte buffer: %s", err);
         uint64_t huge = ST_MAX_HEADER + 1;
         for (int i = 0; i < 8; i++) b[i] = (uint8_t)(huge >> (8 * i));
-        CHECK(st_parse_buffer(&f, FNAME, b, len, err) == -1 && strstr(err, FNAME) &&
+        EXPECT(st_parse_buffer(&f, FNAME, b, len, err) == -1 && strstr(err, FNAME) &&
                   strstr(err, "header length"),
               "header length over the limit: %s", err);
         uint64_t past = len - 8 + 1;
         for (int i = 0; i < 8; i++) b[i] = (uint8_t)(past >> (8 * i));
-        CHECK(st_parse_buffer(&f, FNAME, b, len, err) == -1 && strstr(err, "exceeds the file"),
+        EXPECT(st_parse_buffer(&f, FNAME, b, len, err) == -1 && strstr(err, "exceeds the file"),
               "header length past the file: %s", err);
         free(b);
     }
@@ -226,29 +217,29 @@ static void test_mutations(void) {
         st_file f;
         char err[K25_ERR_LEN];
         int rc = st_parse_buffer(&f, FNAME, m, mlen, err);
-        CHECK(rc == 0 || rc == -1, "return code %d", rc);
+        EXPECT(rc == 0 || rc == -1, "return code %d", rc);
         if (rc == 0) {
             accepted++;
             for (int i = 0; i < f.n_tensors; i++) {
                 const st_tensor *t = &f.tensors[i];
-                CHECK(t->end <= f.data_size && t->data >= m && t->data + (t->end - t->begin) <=
+                EXPECT(t->end <= f.data_size && t->data >= m && t->data + (t->end - t->begin) <=
                       m + mlen, "accepted tensor outside the buffer");
             }
             st_close(&f);
         } else {
-            CHECK(strstr(err, FNAME), "message without the file name: %s", err);
+            EXPECT(strstr(err, FNAME), "message without the file name: %s", err);
         }
     }
-    CHECK(accepted > 0 && accepted < 3000, "mutations: %d accepted", accepted);
+    EXPECT(accepted > 0 && accepted < 3000, "mutations: %d accepted", accepted);
     free(m);
     free(b);
 }
 
 static void test_dtypes(void) {
     for (int i = 0; i < ST_N_DTYPES; i++)
-        CHECK(st_dtype_from_name(st_dtype_name((st_dtype)i)) == i, "dtype %d name", i);
-    CHECK(st_dtype_from_name("bf16") == -1, "dtype names are case-sensitive");
-    CHECK(st_dtype_bits(ST_BF16) == 16 && st_dtype_bits(ST_F4) == 4 &&
+        EXPECT(st_dtype_from_name(st_dtype_name((st_dtype)i)) == i, "dtype %d name", i);
+    EXPECT(st_dtype_from_name("bf16") == -1, "dtype names are case-sensitive");
+    EXPECT(st_dtype_bits(ST_BF16) == 16 && st_dtype_bits(ST_F4) == 4 &&
               st_dtype_bits(ST_F6_E3M2) == 6 && st_dtype_bits(ST_C64) == 64,
           "dtype bits");
 }
@@ -285,8 +276,8 @@ int main(int argc, char **argv) {
     test_valid();
     test_bad();
     test_mutations();
-    if (failures) {
-        fprintf(stderr, "test_safetensors: %d failure(s)\n", failures);
+    if (test_failures) {
+        fprintf(stderr, "test_safetensors: %d failure(s)\n", test_failures);
         return 1;
     }
     printf("test_safetensors: ok\n");

@@ -19,17 +19,8 @@
 #include "instance.h"
 #include "safetensors.h"
 #include "spec.h"
+#include "test_util.h"
 
-static int n_fail = 0;
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            n_fail++;                                                                              \
-            fprintf(stderr, "FAIL rank %d %s:%d: %s: ", k25_log_rank, __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-        }                                                                                          \
-    } while (0)
 
 #define K 4
 #define NP 9
@@ -312,19 +303,14 @@ int main(int argc, char **argv) {
     dist_init(&d, &argc, &argv);
     char err[K25_ERR_LEN] = "";
     k25_config cfg;
-    config_init_defaults(&cfg);
-    if (config_load_ini(&cfg, "config/tiny.ini", err) != 0) K25_DIE("%s", err);
-    cfg.threads = 1;
-    if (instance_setup_dist(&d, &cfg, err) != 0) K25_DIE("%s", err);
+    test_tiny_config(&cfg);
     k25_instance in;
-    k25_instance_opts io = {.synth_seed = 1, .backend = "cpu",
-                            .model = {.max_seqs = 2, .max_rows = 32, .kv_block = 4,
-                                      .n_blocks = 32}};
-    if (instance_open(&in, &cfg, &d, &io, err) != 0) K25_DIE("%s", err);
+    test_open_instance(&in, &cfg, &d, "cpu",
+                       (k25_model_opts){.max_seqs = 2, .max_rows = 32, .kv_block = 4,
+                                        .n_blocks = 32});
 
     char dir[256] = "/tmp/k25-eagle-test-XXXXXX", eg1[300], eg2[300];
-    if (d.world_rank == 0 && !mkdtemp(dir)) K25_DIE("mkdtemp failed");
-    MPI_CHECK(MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, d.world));
+    test_shared_tmpdir(&d, dir);
     snprintf(eg1, sizeof eg1, "%s/full", dir);
     snprintf(eg2, sizeof eg2, "%s/d2t", dir);
     if (d.world_rank == 0) {
@@ -343,14 +329,11 @@ int main(int argc, char **argv) {
     check_head("d2t, own embedding, norm before residual", eg2, &in, &cfg, &d, 96, 160, 1, 0);
     check_head("d2t, ..., temperature 0.7", eg2, &in, &cfg, &d, 96, 160, 1, 0.7f);
 
-    int ok = dist_all_ok(&d, n_fail == 0);
+    int ok = dist_all_ok(&d, test_failures == 0);
     MPI_CHECK(MPI_Barrier(d.world));
-    if (d.world_rank == 0) {
-        char cmd[400];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-        if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", dir);
+    test_remove_tmpdir(&d, dir);
+    if (d.world_rank == 0)
         printf("test_spec_eagle3 (%d ranks): %s\n", d.world_size, ok ? "ok" : "FAILED");
-    }
     instance_close(&in);
     dist_finalize(&d);
     return ok ? 0 : 1;

@@ -17,17 +17,8 @@
 #include "engine.h"
 #include "instance.h"
 #include "spec.h"
+#include "test_util.h"
 
-static int n_fail = 0;
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            n_fail++;                                                                              \
-            fprintf(stderr, "FAIL rank %d %s:%d: %s: ", k25_log_rank, __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-        }                                                                                          \
-    } while (0)
 
 #define N_REQ 10
 #define KV_BLOCK 4
@@ -45,40 +36,16 @@ typedef struct test_req {
 } test_req;
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-static int rnd(int n) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (int)(rng_state % (uint64_t)n);
-}
+static int rnd(int n) { return test_rnd(&rng_state, n); }
 
 // ------------------------------------------------------------------------------------------
 // Reference: one request alone, greedy, straight on model_step
 // ------------------------------------------------------------------------------------------
 
 static void run_alone(k25_model *m, const k25_config *eos_cfg, test_req *r) {
-    int mbps = CTX / KV_BLOCK;
-    int32_t *table = k25_malloc(sizeof(int32_t) * MAX_SEQS * mbps);
-    for (int i = 0; i < MAX_SEQS * mbps; i++) table[i] = -1;
-    int slot = 5;
-    for (int i = 0; i < mbps; i++) table[slot * mbps + i] = i;
-    int32_t tok[48], pos[48], seq[48];
-    for (int i = 0; i < r->n_prompt; i++) tok[i] = r->prompt[i], pos[i] = i, seq[i] = slot;
-    k25_batch b = {.T = r->n_prompt, .tokens = tok, .pos = pos, .seq = seq,
-                   .block_table = table, .max_seqs = MAX_SEQS, .max_blocks_per_seq = mbps};
-    int32_t row = r->n_prompt - 1, out;
-    k25_sampling sp = {.temp = 0, .top_p = 1};
-    r->n_ref = 0;
-    for (;;) {
-        model_step(m, &b, &row, 1, &sp, &out, NULL);
-        r->ref[r->n_ref++] = out;
-        if ((!r->ignore_eos && config_is_eos(eos_cfg, out)) || r->n_ref == r->max_new) break;
-        tok[0] = out;
-        pos[0] = r->n_prompt + r->n_ref - 1;
-        b.T = 1;
-        row = 0;
-    }
-    free(table);
+    r->n_ref = test_decode_alone(m, eos_cfg, r->prompt, r->n_prompt, r->max_new, r->ignore_eos,
+                                 (k25_sampling){.temp = 0, .top_p = 1}, 5, MAX_SEQS, CTX,
+                                 KV_BLOCK, r->ref);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -204,23 +171,18 @@ int main(int argc, char **argv) {
     dist_init(&d, &argc, &argv);
     char err[K25_ERR_LEN] = "";
     k25_config cfg;
-    config_init_defaults(&cfg);
-    if (config_load_ini(&cfg, "config/tiny.ini", err) != 0) K25_DIE("%s", err);
-    cfg.threads = 1;
-    if (instance_setup_dist(&d, &cfg, err) != 0) K25_DIE("%s", err);
+    test_tiny_config(&cfg);
     k25_instance in;
     int big_rows = BIG * 3 + 16;
-    k25_instance_opts io = {.synth_seed = 1, .backend = "cpu",
-                            .model = {.max_seqs = BIG, .max_rows = big_rows,
-                                      .kv_block = KV_BLOCK,
-                                      .n_blocks = BIG * 16 > MAX_SEQS * CTX / KV_BLOCK
-                                                      ? BIG * 16 : MAX_SEQS * CTX / KV_BLOCK}};
-    if (instance_open(&in, &cfg, &d, &io, err) != 0) K25_DIE("%s", err);
+    test_open_instance(&in, &cfg, &d, "cpu",
+                       (k25_model_opts){.max_seqs = BIG, .max_rows = big_rows,
+                                        .kv_block = KV_BLOCK,
+                                        .n_blocks = BIG * 16 > MAX_SEQS * CTX / KV_BLOCK
+                                                        ? BIG * 16 : MAX_SEQS * CTX / KV_BLOCK});
 
     // Synthetic EAGLE-3 heads, written once by rank 0 into a directory every rank reads.
     char dir[256] = "/tmp/k25-spec-test-XXXXXX", eg1[300], eg2[300];
-    if (d.world_rank == 0 && !mkdtemp(dir)) K25_DIE("mkdtemp failed");
-    MPI_CHECK(MPI_Bcast(dir, sizeof dir, MPI_CHAR, 0, d.world));
+    test_shared_tmpdir(&d, dir);
     snprintf(eg1, sizeof eg1, "%s/eagle_full", dir);
     snprintf(eg2, sizeof eg2, "%s/eagle_d2t", dir);
     if (d.world_rank == 0) {
@@ -362,13 +324,10 @@ int main(int argc, char **argv) {
     MPI_CHECK(MPI_Bcast(&h0, 1, MPI_UINT64_T, 0, d.world));
     CHECK(h0 == h, "rank %d generated different tokens from rank 0", d.world_rank);
 
-    int ok = dist_all_ok(&d, n_fail == 0);
-    if (d.world_rank == 0) {
-        char cmd[400];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-        if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", dir);
+    int ok = dist_all_ok(&d, test_failures == 0);
+    test_remove_tmpdir(&d, dir);
+    if (d.world_rank == 0)
         printf("test_spec_engine (%d ranks): %s\n", d.world_size, ok ? "ok" : "FAILED");
-    }
     instance_close(&in);
     dist_finalize(&d);
     return ok ? 0 : 1;

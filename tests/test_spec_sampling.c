@@ -22,19 +22,10 @@
 #include "instance.h"
 #include "sampler.h"
 #include "spec.h"
+#include "test_util.h"
 
 #define ALPHA 0.001
 
-static int n_fail = 0;
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            n_fail++;                                                                              \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                        \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-        }                                                                                          \
-    } while (0)
 
 // ------------------------------------------------------------------------------------------
 // Chi-square
@@ -330,7 +321,7 @@ int main(int argc, char **argv) {
     test_accept();
     test_probs();
     test_end_to_end(&d);
-    printf("test_spec_sampling: %s\n", n_fail ? "FAILED" : "ok");
+    printf("test_spec_sampling: %s\n", test_failures ? "FAILED" : "ok");
     dist_finalize(&d);
-    return n_fail ? 1 : 0;
+    return test_failures ? 1 : 0;
 }

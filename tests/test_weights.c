@@ -24,17 +24,8 @@
 #include "synth.h"
 #include "verify.h"
 #include "weights.h"
+#include "test_util.h"
 
-static int failures;
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            failures++;                                                                            \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fputc('\n', stderr);                                                                   \
-        }                                                                                          \
-    } while (0)
 
 #define MAX_RANKS 4
 
@@ -94,13 +85,13 @@ static void test_int4(void) {
             int q[8] = {0};
             q[pos] = v;
             uint32_t w = int4_pack8(q);
-            CHECK(((w >> (4 * pos)) & 0xF) == (uint32_t)(v + 8), "nibble %d of %d", pos, v);
+            EXPECT(((w >> (4 * pos)) & 0xF) == (uint32_t)(v + 8), "nibble %d of %d", pos, v);
             for (int i = 0; i < 8; i++)
-                CHECK(int4_unpack(w, i) == (i == pos ? v : 0), "unpack %d/%d", pos, i);
+                EXPECT(int4_unpack(w, i) == (i == pos ? v : 0), "unpack %d/%d", pos, i);
         }
     int q[8] = {-8, 7, 0, 1, -1, 3, -5, 6};
     // u = q + 8 = {0,15,8,9,7,11,3,14}, nibble 0 lowest
-    CHECK(int4_pack8(q) == 0xe3b798f0u, "pack8 word %08x", int4_pack8(q));
+    EXPECT(int4_pack8(q) == 0xe3b798f0u, "pack8 word %08x", int4_pack8(q));
     // Dequantization of a 64-wide row against W[k] = q[k] * scale[k/32].
     uint32_t packed[8];
     uint16_t scale[2] = {k25_f32_to_bf16(0.5f), k25_f32_to_bf16(-0.125f)};
@@ -111,8 +102,8 @@ static void test_int4(void) {
     int4_dequant(packed, scale, 64, out);
     for (int k = 0; k < 64; k++) {
         float want = (float)ref[k] * (k < 32 ? 0.5f : -0.125f);
-        CHECK(out[k] == want, "dequant[%d] %g != %g", k, out[k], want);
-        CHECK(int4_dequant_at(packed, scale, k) == want, "dequant_at[%d]", k);
+        EXPECT(out[k] == want, "dequant[%d] %g != %g", k, out[k], want);
+        EXPECT(int4_dequant_at(packed, scale, k) == want, "dequant_at[%d]", k);
     }
 }
 
@@ -145,7 +136,7 @@ static void check_experts(const k25_weights *g, const k25_weights *ranks, int tp
                     const k25_expert_w *X = p == 0 ? &L->exp_gate[e]
                                             : p == 1 ? &L->exp_up[e] : &L->exp_down[e];
                     int64_t Il = c->moe_inter / tp;
-                    CHECK(X->out == (p < 2 ? Il : c->hidden) && X->in == (p < 2 ? c->hidden : Il),
+                    EXPECT(X->out == (p < 2 ? Il : c->hidden) && X->in == (p < 2 ? c->hidden : Il),
                           "%s: local shape %lldx%lld", X->w.name, (long long)X->out,
                           (long long)X->in);
                     int bad = 0;
@@ -157,7 +148,7 @@ static void check_experts(const k25_weights *g, const k25_weights *ranks, int tp
                             float got = expert_w_get(X, o, i);
                             if (got != want) {
                                 bad = 1;
-                                CHECK(0, "%s tp %d rank %d (%lld, %lld): %g != %g", X->w.name, tp,
+                                EXPECT(0, "%s tp %d rank %d (%lld, %lld): %g != %g", X->w.name, tp,
                                       r, (long long)o, (long long)i, got, want);
                             }
                         }
@@ -173,26 +164,26 @@ static void check_tp(const k25_config *c, const k25_tensor_source *src, int tp) 
     char err[K25_ERR_LEN];
     k25_weights g, ranks[MAX_RANKS];
     if (weights_plan(&g, c, 0, 1, 0, c->n_layers, src, err)) {
-        CHECK(0, "tp 1 plan: %s", err);
+        EXPECT(0, "tp 1 plan: %s", err);
         return;
     }
     for (int r = 0; r < tp; r++)
         if (weights_plan(&ranks[r], c, r, tp, 0, c->n_layers, src, err)) {
-            CHECK(0, "tp %d rank %d plan: %s", tp, r, err);
+            EXPECT(0, "tp %d rank %d plan: %s", tp, r, err);
             return;
         }
     enum { CAP = 1 << 14 };
     static const k25_tensor *gl[CAP], *rl[MAX_RANKS][CAP];
     int n = list_tensors(&g, gl, CAP);
-    for (int r = 0; r < tp; r++) CHECK(list_tensors(&ranks[r], rl[r], CAP) == n, "list length");
+    for (int r = 0; r < tp; r++) EXPECT(list_tensors(&ranks[r], rl[r], CAP) == n, "list length");
     int checked = 0;
     for (int k = 0; k < n; k++) {
         const k25_tensor *G = gl[k];
         if (G->kind == K25_SRC_NONE) {
-            for (int r = 0; r < tp; r++) CHECK(rl[r][k]->kind == K25_SRC_NONE, "NONE differs");
+            for (int r = 0; r < tp; r++) EXPECT(rl[r][k]->kind == K25_SRC_NONE, "NONE differs");
             continue;
         }
-        CHECK(G->rows == G->g_rows && G->cols == G->g_cols && !G->row0 && !G->col0,
+        EXPECT(G->rows == G->g_rows && G->cols == G->g_cols && !G->row0 && !G->col0,
               "%s: tp 1 slice is not the whole tensor", G->name);
         const size_t es = k25_dtype_size(G->dtype);
         uint8_t *gb = read_all(G);
@@ -201,10 +192,10 @@ static void check_tp(const k25_config *c, const k25_tensor_source *src, int tp) 
         const int split = tp > 1 && (is_split(G->name) || k == 2);
         for (int r = 0; r < tp; r++) {
             const k25_tensor *T = rl[r][k];
-            CHECK(!strcmp(T->name, G->name) && T->dtype == G->dtype && T->g_rows == G->g_rows &&
+            EXPECT(!strcmp(T->name, G->name) && T->dtype == G->dtype && T->g_rows == G->g_rows &&
                       T->g_cols == G->g_cols && T->kind == G->kind,
                   "%s: descriptor differs at tp %d rank %d", G->name, tp, r);
-            CHECK(split == (T->rows < T->g_rows || T->cols < T->g_cols),
+            EXPECT(split == (T->rows < T->g_rows || T->cols < T->g_cols),
                   "%s: %s at tp %d but the split table says %s", G->name,
                   split ? "replicated" : "split", tp, split ? "split" : "replicated");
             uint8_t *lb = read_all(T);
@@ -216,13 +207,13 @@ static void check_tp(const k25_config *c, const k25_tensor_source *src, int tp) 
                     if (!bad && memcmp(lb + (size_t)(i * T->cols + j) * es, gb + (size_t)gi * es,
                                        es)) {
                         bad = 1;
-                        CHECK(0, "%s: tp %d rank %d element (%lld, %lld) differs", G->name, tp, r,
+                        EXPECT(0, "%s: tp %d rank %d element (%lld, %lld) differs", G->name, tp, r,
                               (long long)i, (long long)j);
                     }
                     if (!bad && ((i * 7 + j) % 97 == 0) &&
                         tensor_get_f32(T, i, j) != tensor_get_f32(G, T->row0 + i, T->col0 + j)) {
                         bad = 1;
-                        CHECK(0, "%s: tensor_get_f32 differs", G->name);
+                        EXPECT(0, "%s: tensor_get_f32 differs", G->name);
                     }
                 }
             free(lb);
@@ -230,7 +221,7 @@ static void check_tp(const k25_config *c, const k25_tensor_source *src, int tp) 
         int want = split ? 1 : tp;
         for (int64_t i = 0; i < G->g_rows * G->g_cols; i++)
             if (cover[i] != want) {
-                CHECK(0, "%s: element %lld held %d times at tp %d (want %d)", G->name,
+                EXPECT(0, "%s: element %lld held %d times at tp %d (want %d)", G->name,
                       (long long)i, cover[i], tp, want);
                 break;
             }
@@ -238,35 +229,35 @@ static void check_tp(const k25_config *c, const k25_tensor_source *src, int tp) 
         free(gb);
         checked++;
     }
-    CHECK(checked > 10, "only %d tensors checked", checked);
+    EXPECT(checked > 10, "only %d tensors checked", checked);
     check_experts(&g, ranks, tp);
 
     // Offsets of the split table at the last rank.
     const k25_weights *w = &ranks[tp - 1];
     const int r = tp - 1, Hl = c->n_heads / tp;
     const k25_layer *L0 = &w->layers[0], *L1 = &w->layers[c->first_dense];
-    CHECK(w->n_heads_local == Hl && w->vocab_local == c->vocab / tp &&
+    EXPECT(w->n_heads_local == Hl && w->vocab_local == c->vocab / tp &&
               w->vocab_begin == r * c->vocab / tp,
           "local sizes");
-    CHECK(L0->q_b.row0 == (int64_t)r * Hl * (c->qk_nope_dim + c->qk_rope_dim), "q_b row0");
-    CHECK(L0->kv_b.row0 == (int64_t)r * Hl * (c->qk_nope_dim + c->v_head_dim), "kv_b row0");
-    CHECK(L0->o_proj.col0 == (int64_t)r * Hl * c->v_head_dim, "o_proj col0");
-    CHECK(L0->ffn_down.col0 == (int64_t)r * c->dense_inter / tp, "dense down col0");
-    CHECK(w->lm_head.row0 == w->vocab_begin && w->lm_head.rows == w->vocab_local, "lm_head");
+    EXPECT(L0->q_b.row0 == (int64_t)r * Hl * (c->qk_nope_dim + c->qk_rope_dim), "q_b row0");
+    EXPECT(L0->kv_b.row0 == (int64_t)r * Hl * (c->qk_nope_dim + c->v_head_dim), "kv_b row0");
+    EXPECT(L0->o_proj.col0 == (int64_t)r * Hl * c->v_head_dim, "o_proj col0");
+    EXPECT(L0->ffn_down.col0 == (int64_t)r * c->dense_inter / tp, "dense down col0");
+    EXPECT(w->lm_head.row0 == w->vocab_begin && w->lm_head.rows == w->vocab_local, "lm_head");
     if (c->first_dense < c->n_layers) {
         int64_t Il = c->moe_inter / tp;
-        CHECK(L1->exp_gate[1].w.row0 == r * Il && L1->exp_gate[1].w.rows == Il, "gate rows");
+        EXPECT(L1->exp_gate[1].w.row0 == r * Il && L1->exp_gate[1].w.rows == Il, "gate rows");
         if (c->experts_int4) {
-            CHECK(L1->exp_down[1].w.col0 == r * Il / 8 && L1->exp_down[1].w.cols == Il / 8,
+            EXPECT(L1->exp_down[1].w.col0 == r * Il / 8 && L1->exp_down[1].w.cols == Il / 8,
                   "down packed cols");
-            CHECK(L1->exp_down[1].scale.col0 == r * Il / c->quant_group &&
+            EXPECT(L1->exp_down[1].scale.col0 == r * Il / c->quant_group &&
                       L1->exp_down[1].scale.cols == Il / c->quant_group,
                   "down scale cols");
         } else {
-            CHECK(L1->exp_down[1].w.col0 == r * Il && L1->exp_down[1].scale.kind == K25_SRC_NONE,
+            EXPECT(L1->exp_down[1].w.col0 == r * Il && L1->exp_down[1].scale.kind == K25_SRC_NONE,
                   "bf16 down cols");
         }
-        CHECK(L1->ffn_gate.rows == (int64_t)c->n_shared * c->moe_inter / tp, "shared rows");
+        EXPECT(L1->ffn_gate.rows == (int64_t)c->n_shared * c->moe_inter / tp, "shared rows");
     }
     weights_free(&g);
     for (int i = 0; i < tp; i++) weights_free(&ranks[i]);
@@ -278,18 +269,18 @@ static void check_tp(const k25_config *c, const k25_tensor_source *src, int tp) 
 static void test_synth_values(void) {
     char err[K25_ERR_LEN];
     k25_config c;
-    CHECK(!load_config(&c, "config/tiny.ini", err), "%s", err);
+    EXPECT(!load_config(&c, "config/tiny.ini", err), "%s", err);
     k25_tensor_source s7 = synth_source(7), s8 = synth_source(8);
     k25_weights a, b;
-    CHECK(!weights_plan(&a, &c, 0, 1, 0, c.n_layers, &s7, err), "%s", err);
-    CHECK(!weights_plan(&b, &c, 0, 1, 0, c.n_layers, &s8, err), "%s", err);
+    EXPECT(!weights_plan(&a, &c, 0, 1, 0, c.n_layers, &s7, err), "%s", err);
+    EXPECT(!weights_plan(&b, &c, 0, 1, 0, c.n_layers, &s8, err), "%s", err);
     // The generator formula, element by element, for a few tensors.
     const k25_tensor *ts[] = {&a.embed, &a.layers[1].q_b, &a.layers[1].router_bias,
                               &a.layers[2].exp_down[3].w, &a.layers[2].exp_down[3].scale,
                               &a.layers[0].kv_a_norm};
     for (size_t k = 0; k < sizeof ts / sizeof ts[0]; k++) {
         const k25_tensor *t = ts[k];
-        CHECK(t->kind == K25_SRC_SYNTH && t->synth_seed == 7 &&
+        EXPECT(t->kind == K25_SRC_SYNTH && t->synth_seed == 7 &&
                   t->synth_id == k25_synth_id(t->name),
               "%s: synthetic descriptor", t->name);
         uint8_t *buf = read_all(t);
@@ -297,17 +288,17 @@ static void test_synth_values(void) {
             uint32_t want = k25_synth_bits(t->synth_kind, t->synth_exp, 7, k25_synth_id(t->name),
                                            (uint64_t)i), got = 0;
             memcpy(&got, buf + (size_t)i * k25_dtype_size(t->dtype), k25_dtype_size(t->dtype));
-            CHECK(got == want, "%s[%lld]: %08x != %08x", t->name, (long long)i, got, want);
+            EXPECT(got == want, "%s[%lld]: %08x != %08x", t->name, (long long)i, got, want);
         }
         free(buf);
     }
-    CHECK(a.layers[1].router_bias.dtype == K25_F32 && a.layers[1].router_bias.synth_kind ==
+    EXPECT(a.layers[1].router_bias.dtype == K25_F32 && a.layers[1].router_bias.synth_kind ==
           K25_SYNTH_F32, "bias is F32");
-    CHECK(a.layers[0].attn_norm.synth_kind == K25_SYNTH_NORM, "norms use NORM");
-    CHECK(a.layers[1].exp_up[0].w.synth_kind == K25_SYNTH_INT4 &&
+    EXPECT(a.layers[0].attn_norm.synth_kind == K25_SYNTH_NORM, "norms use NORM");
+    EXPECT(a.layers[1].exp_up[0].w.synth_kind == K25_SYNTH_INT4 &&
               a.layers[1].exp_up[0].scale.synth_kind == K25_SYNTH_SCALE, "INT4 kinds");
     // Another seed gives other values; the same seed the same ones.
-    CHECK(tensor_get_f32(&a.layers[1].q_a, 3, 5) != tensor_get_f32(&b.layers[1].q_a, 3, 5) ||
+    EXPECT(tensor_get_f32(&a.layers[1].q_a, 3, 5) != tensor_get_f32(&b.layers[1].q_a, 3, 5) ||
               tensor_get_f32(&a.layers[1].q_a, 4, 6) != tensor_get_f32(&b.layers[1].q_a, 4, 6),
           "seed ignored");
     weights_free(&a);
@@ -316,11 +307,11 @@ static void test_synth_values(void) {
     // Full-size model: planning only fills descriptors (fast, small), magnitudes keep
     // activations finite: element std ~ 1/sqrt(fan-in), positive scales, exponents in range.
     config_init_defaults(&c);
-    CHECK(!config_check_tp(&c, 8, err), "%s", err);
+    EXPECT(!config_check_tp(&c, 8, err), "%s", err);
     k25_weights f;
     double t0 = k25_now_ms();
-    CHECK(!weights_plan(&f, &c, 3, 8, 0, 3, &s7, err), "%s", err);
-    CHECK(k25_now_ms() - t0 < 5000, "planning took %.0f ms", k25_now_ms() - t0);
+    EXPECT(!weights_plan(&f, &c, 3, 8, 0, 3, &s7, err), "%s", err);
+    EXPECT(k25_now_ms() - t0 < 5000, "planning took %.0f ms", k25_now_ms() - t0);
     const k25_layer *L = &f.layers[1];
     struct { const k25_tensor *t; double fan_in; } ws[] = {
         {&L->q_a, 7168}, {&L->q_b, 1536}, {&L->kv_b, 512}, {&L->o_proj, 8192},
@@ -334,7 +325,7 @@ static void test_synth_values(void) {
                 s2 += v * v;
             }
         double std = sqrt(s2 / n), want = 1 / sqrt(ws[k].fan_in);
-        CHECK(std > want / 1.6 && std < want * 1.6, "%s: std %g, want ~%g", ws[k].t->name, std,
+        EXPECT(std > want / 1.6 && std < want * 1.6, "%s: std %g, want ~%g", ws[k].t->name, std,
               want);
     }
     double s2 = 0, smin = 1e9;
@@ -347,17 +338,17 @@ static void test_synth_values(void) {
                 double s = tensor_get_f32(&L->exp_gate[e].scale, o, i / 32);
                 if (s < smin) smin = s;
             }
-    CHECK(sqrt(s2 / n) > 1 / sqrt(7168.0) / 1.6 && sqrt(s2 / n) < 1.6 / sqrt(7168.0),
+    EXPECT(sqrt(s2 / n) > 1 / sqrt(7168.0) / 1.6 && sqrt(s2 / n) < 1.6 / sqrt(7168.0),
           "expert std %g", sqrt(s2 / n));
-    CHECK(smin > 0, "scales must be positive (%g)", smin);
+    EXPECT(smin > 0, "scales must be positive (%g)", smin);
     s2 = 0;
     n = 0;
     for (int64_t j = 0; j < 7168; j++, n++) {
         double v = tensor_get_f32(&f.embed, 12345, j);
         s2 += v * v;
     }
-    CHECK(sqrt(s2 / n) > 0.5 && sqrt(s2 / n) < 2, "embedding std %g", sqrt(s2 / n));
-    CHECK(weights_bytes(&f) > ((size_t)1 << 30), "full-size slice bytes %zu", weights_bytes(&f));
+    EXPECT(sqrt(s2 / n) > 0.5 && sqrt(s2 / n) < 2, "embedding std %g", sqrt(s2 / n));
+    EXPECT(weights_bytes(&f) > ((size_t)1 << 30), "full-size slice bytes %zu", weights_bytes(&f));
     weights_free(&f);
 }
 
@@ -368,23 +359,23 @@ static void test_synth_values(void) {
 // when all are bit-identical (messages on stderr otherwise).
 static int compare_checkpoint(const char *dir, uint64_t seed, const k25_config *expect_cfg) {
     char err[K25_ERR_LEN], path[4200];
-    int before = failures;
+    int before = test_failures;
     k25_checkpoint *ck = checkpoint_open(dir, err);
     if (!ck) {
-        CHECK(0, "%s", err);
+        EXPECT(0, "%s", err);
         return -1;
     }
     k25_config c;
     config_init_defaults(&c);
     checkpoint_config_path(ck, path, sizeof path);
     if (config_load_hf_json(&c, path, err)) {
-        CHECK(0, "%s", err);
+        EXPECT(0, "%s", err);
         checkpoint_close(ck);
         return -1;
     }
     if (expect_cfg) {
         const k25_config *e = expect_cfg;
-        CHECK(c.hidden == e->hidden && c.n_layers == e->n_layers &&
+        EXPECT(c.hidden == e->hidden && c.n_layers == e->n_layers &&
                   c.first_dense == e->first_dense && c.dense_inter == e->dense_inter &&
                   c.moe_inter == e->moe_inter && c.n_experts == e->n_experts &&
                   c.n_shared == e->n_shared && c.top_k == e->top_k && c.n_group == e->n_group &&
@@ -407,49 +398,49 @@ static int compare_checkpoint(const char *dir, uint64_t seed, const k25_config *
     k25_tensor_source fs = checkpoint_source(ck), ss = synth_source(seed);
     for (int tp = 1; tp <= 2; tp++) {
         if (config_check_tp(&c, tp, err)) {
-            CHECK(0, "%s", err);
+            EXPECT(0, "%s", err);
             continue;
         }
         for (int r = 0; r < tp; r++) {
             k25_weights wf, ws;
             if (weights_plan(&wf, &c, r, tp, 0, c.n_layers, &fs, err)) {
-                CHECK(0, "%s: %s", dir, err);
+                EXPECT(0, "%s: %s", dir, err);
                 continue;
             }
-            CHECK(!weights_plan(&ws, &c, r, tp, 0, c.n_layers, &ss, err), "%s", err);
+            EXPECT(!weights_plan(&ws, &c, r, tp, 0, c.n_layers, &ss, err), "%s", err);
             enum { CAP = 1 << 14 };
             static const k25_tensor *lf[CAP], *ls[CAP];
             int n = list_tensors(&wf, lf, CAP);
-            CHECK(n == list_tensors(&ws, ls, CAP), "tensor lists differ");
+            EXPECT(n == list_tensors(&ws, ls, CAP), "tensor lists differ");
             int files = 0;
             for (int k = 0; k < n; k++) {
                 if (lf[k]->kind == K25_SRC_NONE) continue;
                 files += lf[k]->kind == K25_SRC_FILE;
                 uint8_t *a = read_all(lf[k]), *b = read_all(ls[k]);
-                CHECK(tensor_bytes(lf[k]) == tensor_bytes(ls[k]) &&
+                EXPECT(tensor_bytes(lf[k]) == tensor_bytes(ls[k]) &&
                           !memcmp(a, b, tensor_bytes(lf[k])),
                       "%s: %s tp %d rank %d differs from the synthetic tensor", dir,
                       lf[k]->name, tp, r);
                 free(a);
                 free(b);
             }
-            CHECK(files > 10, "%s: only %d file tensors", dir, files);
-            CHECK(weights_bytes(&wf) == weights_bytes(&ws), "weights_bytes differ");
+            EXPECT(files > 10, "%s: only %d file tensors", dir, files);
+            EXPECT(weights_bytes(&wf) == weights_bytes(&ws), "weights_bytes differ");
             weights_free(&wf);
             weights_free(&ws);
         }
     }
     checkpoint_close(ck);
-    return failures == before ? 0 : -1;
+    return test_failures == before ? 0 : -1;
 }
 
 static void test_roundtrip(void) {
     if (access("./k25-mkckpt", X_OK) != 0) {
-        CHECK(0, "./k25-mkckpt not built (run from the repository root after make)");
+        EXPECT(0, "./k25-mkckpt not built (run from the repository root after make)");
         return;
     }
     char tmp[] = "/tmp/k25-weights-XXXXXX";
-    CHECK(mkdtemp(tmp) != NULL, "mkdtemp");
+    EXPECT(mkdtemp(tmp) != NULL, "mkdtemp");
     char err[K25_ERR_LEN], cmd[8192], dir[4200];
     struct {
         const char *name, *args;
@@ -465,27 +456,27 @@ static void test_roundtrip(void) {
                  "./k25-mkckpt --config config/tiny.ini --synthetic 1234 --out %s %s 2>/dev/null",
                  dir, runs[i].args);
         if (system(cmd) != 0) {
-            CHECK(0, "failed: %s", cmd);
+            EXPECT(0, "failed: %s", cmd);
             continue;
         }
         k25_config c;
-        CHECK(!load_config(&c, "config/tiny.ini", err), "%s", err);
+        EXPECT(!load_config(&c, "config/tiny.ini", err), "%s", err);
         c.experts_int4 = !runs[i].bf16;
         c.tie_embeddings = runs[i].tie;
-        CHECK(compare_checkpoint(dir, 1234, &c) == 0, "round trip %s", runs[i].name);
-        CHECK(verify_checkpoint(dir, err) == 0, "fresh checkpoint fails verification: %s", err);
+        EXPECT(compare_checkpoint(dir, 1234, &c) == 0, "round trip %s", runs[i].name);
+        EXPECT(verify_checkpoint(dir, err) == 0, "fresh checkpoint fails verification: %s", err);
         // The same files against another seed must differ (the comparison can fail).
-        int before = failures;
+        int before = test_failures;
         k25_checkpoint *ck = checkpoint_open(dir, err);
-        CHECK(ck != NULL, "%s", err);
+        EXPECT(ck != NULL, "%s", err);
         if (ck) {
             k25_tensor_source fs = checkpoint_source(ck), ss = synth_source(1235);
             k25_weights wf, ws;
-            CHECK(!weights_plan(&wf, &c, 0, 1, 0, c.n_layers, &fs, err), "%s", err);
-            CHECK(!weights_plan(&ws, &c, 0, 1, 0, c.n_layers, &ss, err), "%s", err);
-            if (failures == before) {
+            EXPECT(!weights_plan(&wf, &c, 0, 1, 0, c.n_layers, &fs, err), "%s", err);
+            EXPECT(!weights_plan(&ws, &c, 0, 1, 0, c.n_layers, &ss, err), "%s", err);
+            if (test_failures == before) {
                 uint8_t *a = read_all(&wf.layers[1].q_b), *b = read_all(&ws.layers[1].q_b);
-                CHECK(memcmp(a, b, tensor_bytes(&wf.layers[1].q_b)), "seed does not matter");
+                EXPECT(memcmp(a, b, tensor_bytes(&wf.layers[1].q_b)), "seed does not matter");
                 free(a);
                 free(b);
                 weights_free(&wf);
@@ -493,8 +484,8 @@ static void test_roundtrip(void) {
             }
             // Names resolve with and without the wrapper prefix.
             int shard;
-            CHECK(checkpoint_find(ck, "model.norm.weight", &shard, NULL) != NULL, "lookup");
-            CHECK(checkpoint_find(ck, "model.nothing", &shard, err) == NULL &&
+            EXPECT(checkpoint_find(ck, "model.norm.weight", &shard, NULL) != NULL, "lookup");
+            EXPECT(checkpoint_find(ck, "model.nothing", &shard, err) == NULL &&
                       strstr(err, "model.nothing"), "missing tensor message: %s", err);
             checkpoint_close(ck);
         }
@@ -503,31 +494,31 @@ static void test_roundtrip(void) {
     snprintf(dir, sizeof dir, "%s/k25", tmp);
     const char *ws_name = "model.layers.1.mlp.experts.2.up_proj.weight_shape";
     k25_checkpoint *ck0 = checkpoint_open(dir, err);
-    CHECK(ck0 != NULL, "%s", err);
+    EXPECT(ck0 != NULL, "%s", err);
     if (ck0) {
         int shard;
         const st_tensor *t = checkpoint_find(ck0, ws_name, &shard, err);
-        CHECK(t && t->dtype == ST_I32 && t->numel == 2, "weight_shape tensor: %s", err);
+        EXPECT(t && t->dtype == ST_I32 && t->numel == 2, "weight_shape tensor: %s", err);
         if (t) {
             int32_t v[2];
             memcpy(v, t->data, 8);
-            CHECK(v[0] == 128 && v[1] == 128, "weight_shape (%d, %d)", v[0], v[1]);
+            EXPECT(v[0] == 128 && v[1] == 128, "weight_shape (%d, %d)", v[0], v[1]);
             off_t off = (off_t)(t->data - (const uint8_t *)ck0->shards[shard].map);
             char path[4400];
             snprintf(path, sizeof path, "%s/%s", dir, ck0->shard_names[shard]);
             checkpoint_close(ck0);
             FILE *f = fopen(path, "r+b");
             int32_t bad = 96;
-            CHECK(f && fseek(f, off + 4, SEEK_SET) == 0 && fwrite(&bad, 4, 1, f) == 1, "patch");
+            EXPECT(f && fseek(f, off + 4, SEEK_SET) == 0 && fwrite(&bad, 4, 1, f) == 1, "patch");
             if (f) fclose(f);
             k25_config c;
             load_config(&c, "config/tiny.ini", err);
             ck0 = checkpoint_open(dir, err);
-            CHECK(ck0 != NULL, "%s", err);
+            EXPECT(ck0 != NULL, "%s", err);
             if (ck0) {
                 k25_tensor_source fs = checkpoint_source(ck0);
                 k25_weights w;
-                CHECK(weights_plan(&w, &c, 0, 1, 0, c.n_layers, &fs, err) == -1 &&
+                EXPECT(weights_plan(&w, &c, 0, 1, 0, c.n_layers, &fs, err) == -1 &&
                           strstr(err, ws_name) && strstr(err, "(128, 96), expected (128, 128)"),
                       "wrong weight_shape: %s", err);
             }
@@ -542,13 +533,13 @@ static void test_roundtrip(void) {
         load_config(&c, "config/tiny.ini", err);
         k25_tensor_source fs = checkpoint_source(ck);
         k25_weights w;
-        CHECK(weights_plan(&w, &c, 0, 1, 0, c.n_layers, &fs, err) == -1 &&
+        EXPECT(weights_plan(&w, &c, 0, 1, 0, c.n_layers, &fs, err) == -1 &&
                   strstr(err, "weight_packed") && strstr(err, "BF16"),
               "INT4 config on BF16 experts: %s", err);
         checkpoint_close(ck);
     }
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmp);
-    CHECK(system(cmd) == 0, "cleanup");
+    EXPECT(system(cmd) == 0, "cleanup");
 }
 
 // ------------------------------------------------------------------------------------------
@@ -599,7 +590,7 @@ int main(int argc, char **argv) {
     for (int v = 0; v < 4; v++) {
         k25_config c;
         if (load_config(&c, inis[v == 3], err)) {
-            CHECK(0, "%s", err);
+            EXPECT(0, "%s", err);
             continue;
         }
         if (v == 1) c.experts_int4 = 0;   // BF16 experts
@@ -607,7 +598,7 @@ int main(int argc, char **argv) {
         k25_tensor_source s = synth_source(99 + (uint64_t)v);
         for (int tp = 1; tp <= 4; tp *= 2) {
             if (config_check_tp(&c, tp, err)) {
-                CHECK(0, "%s", err);
+                EXPECT(0, "%s", err);
                 continue;
             }
             check_tp(&c, &s, tp);
@@ -619,13 +610,13 @@ int main(int argc, char **argv) {
         c.q_lora_rank = 0;
         k25_tensor_source s = synth_source(1);
         k25_weights w;
-        CHECK(weights_plan(&w, &c, 0, 1, 0, 1, &s, err) == -1 && strstr(err, "q_lora_rank"),
+        EXPECT(weights_plan(&w, &c, 0, 1, 0, 1, &s, err) == -1 && strstr(err, "q_lora_rank"),
               "q_lora_rank 0: %s", err);
     }
     test_synth_values();
     test_roundtrip();
-    if (failures) {
-        fprintf(stderr, "test_weights: %d failure(s)\n", failures);
+    if (test_failures) {
+        fprintf(stderr, "test_weights: %d failure(s)\n", test_failures);
         return 1;
     }
     printf("test_weights: ok\n");

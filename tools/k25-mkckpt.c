@@ -165,12 +165,6 @@ static void assign_shards(entry_list *l, int n_shards) {
 // ------------------------------------------------------------------------------------------
 // writing
 
-static int write_all(FILE *f, const void *p, size_t n, const char *path, char *err) {
-    if (n && fwrite(p, 1, n, f) != n)
-        return k25_err(err, "%s: write error: %s", path, strerror(errno));
-    return 0;
-}
-
 static void shard_name(char *buf, size_t cap, int i, int n, int single) {
     if (single) snprintf(buf, cap, "%s", CKPT_SINGLE_FILE);
     else snprintf(buf, cap, "model-%05d-of-%05d.safetensors", i + 1, n);
@@ -180,50 +174,31 @@ static int write_shard(const char *path, entry **es, int n, uint8_t *buf, size_t
                        char *err) {
     // 4-byte dtypes first so every tensor starts aligned to its element size.
     uint64_t off = 0;
+    st_out_tensor *ts = k25_malloc(sizeof(st_out_tensor) * (size_t)(n > 0 ? n : 1));
+    int n_ts = 0;
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < n; i++)
             if ((st_dtype_bits(es[i]->dtype) >= 32) == (pass == 0)) {
                 es[i]->begin = off;
                 off += es[i]->bytes;
+                ts[n_ts++] = (st_out_tensor){.name = es[i]->name, .dtype = es[i]->dtype,
+                                             .ndim = es[i]->ndim, .shape = es[i]->shape,
+                                             .begin = es[i]->begin, .end = off};
             }
-    size_t cap = 256 + (size_t)n * 320, len = 0;
-    char *hdr = k25_malloc(cap);
-    len += (size_t)snprintf(hdr + len, cap - len, "{\"__metadata__\":{\"format\":\"pt\"}");
-    for (int pass = 0; pass < 2; pass++)
-        for (int i = 0; i < n; i++) {
-            const entry *e = es[i];
-            if ((st_dtype_bits(e->dtype) >= 32) != (pass == 0)) continue;
-            len += (size_t)snprintf(hdr + len, cap - len, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[",
-                                    e->name, st_dtype_name(e->dtype));
-            for (int d = 0; d < e->ndim; d++)
-                len += (size_t)snprintf(hdr + len, cap - len, "%s%lld", d ? "," : "",
-                                        (long long)e->shape[d]);
-            len += (size_t)snprintf(hdr + len, cap - len, "],\"data_offsets\":[%llu,%llu]}",
-                                    (unsigned long long)e->begin,
-                                    (unsigned long long)(e->begin + e->bytes));
-        }
-    len += (size_t)snprintf(hdr + len, cap - len, "}");
-    while (len % 8) hdr[len++] = ' ';
-    K25_CHECK(len < cap, "header buffer overflow");
-    FILE *f = fopen(path, "wb");
-    if (!f) {
-        free(hdr);
-        return k25_err(err, "%s: cannot create: %s", path, strerror(errno));
-    }
-    uint8_t le[8];
-    for (int i = 0; i < 8; i++) le[i] = (uint8_t)((uint64_t)len >> (8 * i));
-    int rc = write_all(f, le, 8, path, err) || write_all(f, hdr, len, path, err);
-    free(hdr);
+    FILE *f = st_write_header(path, ts, n_ts, err);
+    free(ts);
+    if (!f) return -1;
+    int rc = 0;
     for (int pass = 0; pass < 2 && !rc; pass++)
         for (int i = 0; i < n && !rc; i++) {
             const entry *e = es[i];
             if ((st_dtype_bits(e->dtype) >= 32) != (pass == 0)) continue;
             if (e->src == SRC_INTS) {
-                rc = write_all(f, e->ints, 8, path, err);
+                rc = st_write_all(f, e->ints, 8, path, err);
                 progress_update(8);
             } else if (e->src == SRC_ZEROS) {
                 memset(buf, 0, e->bytes);
-                rc = write_all(f, buf, e->bytes, path, err);
+                rc = st_write_all(f, buf, e->bytes, path, err);
                 progress_update(e->bytes);
             } else {
                 const k25_tensor *t = e->t;
@@ -233,7 +208,7 @@ static int write_shard(const char *path, entry **es, int n, uint8_t *buf, size_t
                 for (int64_t r = 0; r < t->rows && !rc; r += step) {
                     int64_t nr = t->rows - r < step ? t->rows - r : step;
                     tensor_read_rows(t, r, nr, buf);
-                    rc = write_all(f, buf, (size_t)nr * row, path, err);
+                    rc = st_write_all(f, buf, (size_t)nr * row, path, err);
                     progress_update((uint64_t)nr * row);
                 }
             }
@@ -253,7 +228,8 @@ static int write_json(const char *path, cJSON *root, char *err) {
     int rc = 0;
     if (!f) rc = k25_err(err, "%s: cannot create: %s", path, strerror(errno));
     else {
-        rc = write_all(f, text, strlen(text), path, err) || write_all(f, "\n", 1, path, err);
+        rc = st_write_all(f, text, strlen(text), path, err) ||
+             st_write_all(f, "\n", 1, path, err);
         if (fclose(f) != 0 && !rc) rc = k25_err(err, "%s: write error", path);
     }
     free(text);
