@@ -230,6 +230,16 @@ static void check_finite(k25_model *m, const k25_batch *b, int row0, int layer) 
 
 // Embedding (first stage) and this stage's layers, for the T rows set by set_batch. Leaves the
 // residual stream in h (on later stages h arrives holding the previous stage's output).
+// out[T][D] = down(silu(gate(xn)) * up(xn)): the dense MLP of the first layers, or the shared
+// expert of a MoE layer (a partial sum over the rank's slice of the intermediate width).
+static void swiglu(k25_model *m, const k25_layer *L, int T, float *out) {
+    k25_backend *be = m->be;
+    be->matmul(be, m->xn, &L->ffn_gate, T, m->gate);
+    be->matmul(be, m->xn, &L->ffn_up, T, m->up);
+    be->silu_mul(be, m->gate, m->up, T, (int)L->ffn_gate.rows, m->act);
+    be->matmul(be, m->act, &L->ffn_down, T, out);
+}
+
 static void forward_layers(void *arg) {
     step_ctx *ctx = arg;
     k25_model *m = ctx->m;
@@ -258,18 +268,12 @@ static void forward_layers(void *arg) {
 
         // ---- FFN: h += dense SwiGLU, or routed experts + shared expert ----
         if (!L->is_moe) {
-            be->matmul(be, m->xn, &L->ffn_gate, T, m->gate);
-            be->matmul(be, m->xn, &L->ffn_up, T, m->up);
-            be->silu_mul(be, m->gate, m->up, T, (int)L->ffn_gate.rows, m->act);
-            be->matmul(be, m->act, &L->ffn_down, T, m->d);
+            swiglu(m, L, T, m->d);
         } else {
             be->router(be, m->xn, L, m->ridx, m->rwts);
             be->moe(be, m->xn, L, m->ridx, m->rwts, m->d);
             if (L->ffn_gate.kind != K25_SRC_NONE) {
-                be->matmul(be, m->xn, &L->ffn_gate, T, m->gate);
-                be->matmul(be, m->xn, &L->ffn_up, T, m->up);
-                be->silu_mul(be, m->gate, m->up, T, (int)L->ffn_gate.rows, m->act);
-                be->matmul(be, m->act, &L->ffn_down, T, m->d2);
+                swiglu(m, L, T, m->d2);
                 be->add(be, m->d, m->d2, TD);
             }
         }
