@@ -8,7 +8,7 @@
 # Needs clang and its libFuzzer runtime (Debian: clang, libclang-rt-dev or libclang-rt-14-dev);
 # without clang the test is skipped (exit 0).
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 export BUILD=${K25_BUILD:-build}
 # The fuzz targets are ASan + UBSan builds of their own, so the sanitizer suite (make test
 # SAN=1, whose build directory ends in -san) has nothing to add: the plain suite runs them.

@@ -10,7 +10,7 @@
 # Rank processes are found by an environment tag passed with `mpirun -x` plus Open MPI's
 # OMPI_COMM_WORLD_RANK, read from /proc/<pid>/environ.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 bin=${K25DEC:-./k25dec}  # K25DEC: another binary, e.g. to check this test itself
 [ -x "$bin" ] || { echo "missing $bin (make k25dec)"; exit 1; }
@@ -24,6 +24,7 @@ trap cleanup EXIT
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }
 
+# shellcheck disable=SC2054  # 1,2,3 is one argument
 args=(--config config/tiny.ini --synthetic 1 --tokens 1,2,3 -n 100000
       --set run.ctx_size=4096 --set tokens.eos_token_ids=)
 
@@ -73,7 +74,7 @@ start() {
     done
     r0=$(rank_pid "$tag" 0)
     r1=$(rank_pid "$tag" 1)
-    started+=($r0 $r1)
+    for p in $r0 $r1; do started+=("$p"); done
     if [ -z "$r0" ] || [ -z "$r1" ] || ! alive "$mp" || [ "$(n_ids "$tmp/$name.out")" -lt 20 ]; then
         echo "could not catch the decode running (ranks '$r0' '$r1'):"
         cat "$tmp/$name.err"

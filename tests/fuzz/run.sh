@@ -16,7 +16,7 @@
 # the log of each run to $BUILD/fuzz/work/<target>/log. One summary line per target; exits
 # non-zero if any target found something or a reproducer still fails.
 set -u
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 BUILD=${BUILD:-build-fuzz}
 secs=60 build=1 keep=0 replay=0
 while getopts "t:nkr" opt; do
@@ -39,6 +39,9 @@ if [ "$build" = 1 ]; then
 fi
 # Parsers that only read files get their input through a scratch file: keep it in memory.
 [ -z "${TMPDIR:-}" ] && [ -d /dev/shm ] && [ -w /dev/shm ] && export TMPDIR=/dev/shm
+# Leak checking stays on even when the caller turned it off for MPI programs (tests/run.sh
+# does for sanitizer builds); the fuzz targets do not use MPI.
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=1"
 nice=${FUZZ_NICE:-19}
 bad=0
 for t in "${targets[@]}"; do
