@@ -98,14 +98,19 @@ $(BUILD)/libk25.a: $(LIB_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
 
-k25dec: $(BUILD)/src/main.o $(BUILD)/libk25.a
-	$(MPICC) -o $@ $^ $(LDLIBS)
+# The binaries at the root are shared by every build flavor (plain, SAN=1, CUDA=0): a stamp that
+# changes with the flavor makes them relink when the flavor changes.
+FLAVOR := $(BUILD) CUDA=$(CUDA)
+$(shell [ "$$(cat .build-flavor 2>/dev/null)" = "$(FLAVOR)" ] || echo "$(FLAVOR)" > .build-flavor)
 
-k25bench: $(BUILD)/bench/k25bench.o $(BUILD)/libk25.a
-	$(MPICC) -o $@ $^ $(LDLIBS)
+k25dec: $(BUILD)/src/main.o $(BUILD)/libk25.a .build-flavor
+	$(MPICC) -o $@ $(filter-out .build-flavor,$^) $(LDLIBS)
 
-$(TOOLS): %: $(BUILD)/tools/%.o $(BUILD)/libk25.a
-	$(MPICC) -o $@ $^ $(LDLIBS)
+k25bench: $(BUILD)/bench/k25bench.o $(BUILD)/libk25.a .build-flavor
+	$(MPICC) -o $@ $(filter-out .build-flavor,$^) $(LDLIBS)
+
+$(TOOLS): %: $(BUILD)/tools/%.o $(BUILD)/libk25.a .build-flavor
+	$(MPICC) -o $@ $(filter-out .build-flavor,$^) $(LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/%.o $(BUILD)/libk25.a
 	$(MPICC) -o $@ $^ $(LDLIBS)
