@@ -30,32 +30,6 @@
 // Routing: counting sort of the choices by expert
 // ------------------------------------------------------------------------------------------
 
-// Inclusive prefix sum over the block (blockDim.x a multiple of 32); tot[32] shared scratch.
-// Returns the inclusive value; *total gets the block total.
-__device__ int block_incl_scan(int v, int *tot, int *total) {
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        int n = __shfl_up_sync(0xffffffffu, v, o);
-        if (lane >= o) v += n;
-    }
-    __syncthreads();
-    if (lane == 31) tot[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        int t = lane < nw ? tot[lane] : 0;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            int n = __shfl_up_sync(0xffffffffu, t, o);
-            if (lane >= o) t += n;
-        }
-        tot[lane] = t;
-    }
-    __syncthreads();
-    if (warp > 0) v += tot[warp - 1];
-    *total = tot[nw - 1];
-    return v;
-}
 
 // One block. counts/offsets per expert, the active experts in ascending id, and for every
 // choice a = t*top_k + k its slot (position in the expert-sorted list) and the slot's token.
@@ -82,9 +56,9 @@ __global__ void __launch_bounds__(1024) moe_route_kernel(const int32_t *__restri
         int e = base + threadIdx.x;
         int v = e < E ? cnt[e] : 0, f = v > 0, np = (v + K25K_MOE_PASS - 1) / K25K_MOE_PASS;
         int total_v, total_f, total_p;
-        int iv = block_incl_scan(v, tot, &total_v);
-        int iff = block_incl_scan(f, tot, &total_f);
-        int ip = block_incl_scan(np, tot, &total_p);
+        int iv = k25_block_incl_scan(v, tot, &total_v);
+        int iff = k25_block_incl_scan(f, tot, &total_f);
+        int ip = k25_block_incl_scan(np, tot, &total_p);
         if (e < E) {
             int off = run_slots + iv - v;
             r.offsets[e] = off;

@@ -71,32 +71,6 @@ void k25k_sample_best(const float *logits, int T, int V_local, int vocab_begin,
 
 #define CAND_THREADS 1024
 
-// Inclusive scan over the block (CAND_THREADS threads); returns inclusive value and total.
-__device__ int cand_scan(int v, int *tot, int *total) {
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-        int n = __shfl_up_sync(0xffffffffu, v, o);
-        if (lane >= o) v += n;
-    }
-    __syncthreads();
-    if (lane == 31) tot[warp] = v;
-    __syncthreads();
-    if (warp == 0) {
-        int x = tot[lane];
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            int n = __shfl_up_sync(0xffffffffu, x, o);
-            if (lane >= o) x += n;
-        }
-        tot[lane] = x;
-    }
-    __syncthreads();
-    if (warp > 0) v += tot[warp - 1];
-    *total = tot[31];
-    __syncthreads();
-    return v;
-}
 
 // Block per row. Writes out[t][0..n) sorted (z desc, id asc), n_out[t] = n, stats[t].
 // Rows that are not in candidate mode get n = 0.
@@ -125,7 +99,7 @@ __global__ void __launch_bounds__(CAND_THREADS) sample_cand_kernel(
     int nn = 0;
     for (int i = threadIdx.x; i < V_local; i += blockDim.x) nn += !isnan(row[i]);
     int total;
-    cand_scan(nn, tot, &total);
+    k25_block_incl_scan(nn, tot, &total);
     if (c > total) c = total;
 
     // radix select of the c-th largest key, 8 bits at a time from the top
@@ -182,7 +156,7 @@ __global__ void __launch_bounds__(CAND_THREADS) sample_cand_kernel(
             f = !isnan(l) && f2key(l) == thr;
         }
         int tot_f;
-        int incl = cand_scan(f, tot, &tot_f);
+        int incl = k25_block_incl_scan(f, tot, &tot_f);
         if (f && taken + incl - 1 < need_eq)
             keys[s_gt + taken + incl - 1] = ((unsigned long long)thr << 32) | (0xffffffffu - (uint32_t)i);
         taken += tot_f;
