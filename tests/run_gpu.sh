@@ -4,9 +4,15 @@
 #      Kimi-K2.5's per-rank shapes for TP8 and TP2 (one GPU simulates one rank's slice);
 #   2. the golden tiny models through k25dec --backend cuda (f32 latent cache) against the transformers reference
 #      logits (cosine >= 0.999 per row, >= 16 greedy tokens equal), with and without CUDA
-#      graphs, on 1 rank and on 2 ranks when 2 GPUs are visible;
+#      graphs, with the shared-expert overlap off, on 1 rank and on 2 ranks when 2 GPUs are
+#      visible (one-shot fused all-reduce + add + RMSNorm, and NCCL only);
 #   3. a full-dimension synthetic Kimi-K2.5 (K25_FULL_LAYERS layers, default 8) decoding on one
-#      GPU with finite logits, and its time per token and per MoE layer at batch 1.
+#      GPU with finite logits, and its time per token and per MoE layer at batch 1;
+#   4. speculative decoding (every draft source, 1 and 2 ranks): the same greedy ids as plain;
+#   5. pipeline stages: TP1 x PP2 gives the ids of TP2 and of one GPU (2 GPUs);
+#   6. a rank SIGKILLed mid-decode, and SIGTERM, on two GPUs (tests/t_rank_kill.sh);
+#   7. compute-sanitizer memcheck and racecheck over the op checks, a decode and the one-shot
+#      all-reduce (K25_NO_SANITIZER=1 skips them).
 # Each check prints one line ("ok"/"FAIL"); a failure does not stop the others. Logs of every
 # check are appended to $K25_GPU_LOG (default $BUILD/gpu-tests.log). Ends with
 # "N passed, N failed" and exits non-zero on any failure.
@@ -27,8 +33,10 @@ ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 echo "# GPUs visible: $ngpu; log: $LOG"
 
 # check NAME TIMEOUT CMD...: runs CMD, logs its output, one result line.
+# K25_GPU_ONLY=REGEX runs only the checks whose names match.
 check() {
     local name=$1 limit=$2; shift 2
+    if [ -n "${K25_GPU_ONLY:-}" ] && ! [[ $name =~ $K25_GPU_ONLY ]]; then return 0; fi
     local start=$(date +%s) out="$tmp/$name.out"
     { echo; echo "===== $name: $*"; } >>"$LOG"
     timeout "$limit" "$@" >"$out" 2>&1
@@ -83,6 +91,12 @@ if [ -x "$K25" ]; then
         # bf16 cache's rounding at these tiny sizes (K25_KV_F32 is the backend's exact mode)
         golden "${n}_np1_graph" "$d" 1 K25_KV_F32=1
         golden "${n}_np1_nograph" "$d" 1 K25_KV_F32=1 K25_NO_GRAPH=1
+        # the shared expert on the main stream (default: a side stream beside the routed experts)
+        golden "${n}_np1_no_overlap" "$d" 1 K25_KV_F32=1 K25_NO_OVERLAP=1
+        # same kernels on the same inputs, only the streams differ: the logits must be the same
+        # bits (a race between the branches would show here first)
+        check "${n}_overlap_same_bits" 30 cmp "$tmp/${n}_np1_graph.k25logits" \
+            "$tmp/${n}_np1_no_overlap.k25logits"
         if [ "$ngpu" -ge 2 ]; then
             golden "${n}_np2_graph" "$d" 2 K25_KV_F32=1
             golden "${n}_np2_nccl_only" "$d" 2 K25_KV_F32=1 K25_ONESHOT=0
@@ -112,9 +126,85 @@ sys.exit(1 if bad or n == 0 else 0)
 PY"
     }
     full "full_${FULL_LAYERS}layers_graph"
-    grep -h 'eval time' "$LOG" | tail -1 | awk -v L="$FULL_LAYERS" '{
+    [ -f "$tmp/full_${FULL_LAYERS}layers_graph.out" ] && grep -h 'eval time' "$tmp/full_${FULL_LAYERS}layers_graph.out" | tail -1 | awk -v L="$FULL_LAYERS" '{
         for (i = 1; i <= NF; i++) if ($i == "ms" && $(i+1) == "per") ms = $(i-1);
         if (ms != "") printf "     full model, batch 1: %s ms per token over %d layers (%.3f ms per layer incl. lm_head share)\n", ms, L, ms / L }'
+
+    # ---- 4. speculative decoding: greedy output equals plain greedy decoding ----
+    # Tokens must be identical; logits are compared with a tolerance (a verification step
+    # multiplies K+1 rows per sequence, so GEMMs may sum in another order than a 1-row step).
+    spec_eq() { # spec_eq NAME NP SRC K MODEL-ARGS...
+        local name=$1 np=$2 src=$3 k=$4; shift 4
+        check "$name" 300 bash -c "mpirun -np $np $K25 $* --backend cuda -n 32 --temp 0 --print-ids \
+            --dump-logits $tmp/$name.plain >$tmp/$name.plain.ids && \
+            mpirun -np $np $K25 $* --backend cuda -n 32 --temp 0 --print-ids --spec-draft $src \
+            --spec-k $k --dump-logits $tmp/$name.spec >$tmp/$name.spec.ids && \
+            cmp $tmp/$name.plain.ids $tmp/$name.spec.ids && echo ids equal: \$(wc -w <$tmp/$name.spec.ids) && \
+            python3 tests/py/compare_gpu.py $tmp/$name.plain $tmp/$name.spec --min-cos 0.99999 \
+            --min-gen 31 --label $name"
+    }
+    EAGLE=$tmp/eagle
+    ./k25-mkeagle --config config/tiny.ini --synthetic 5 --aux-layers 0,1,2 --out "$EAGLE" >/dev/null 2>&1
+    TINY="--config config/tiny.ini --synthetic 1 --tokens 11,12,13,14,11,12,13,14,11,12"
+    for np in 1 2; do
+        [ "$np" -le "$ngpu" ] || continue
+        spec_eq "spec_ngram_np$np" $np ngram 3 $TINY
+        spec_eq "spec_model_np$np" $np model:config/tiny_draft.ini@7 2 $TINY
+        spec_eq "spec_self_np$np" $np model:config/tiny.ini@1 3 $TINY
+        spec_eq "spec_eagle3_np$np" $np "eagle3:$EAGLE" 3 $TINY
+    done
+    spec_eq spec_ngram_kimi4 1 ngram 3 --config config/kimi_k25.ini --synthetic 1 \
+        --set model.num_hidden_layers=4 --set run.ctx_size=1024 --tokens 5,6,7,8,5,6,7,8,5,6,7
+
+    # ---- 5. pipeline stages: TP1 x PP2 against TP2 and one GPU ----
+    if [ "$ngpu" -ge 2 ]; then
+        pp_eq() { # pp_eq NAME MODEL-ARGS...: np 2 --pp 2 and np 2 TP against np 1
+            local name=$1; shift
+            check "$name" 300 bash -c "$K25 $* --backend cuda -n 24 --temp 0 --print-ids \
+                --dump-logits $tmp/$name.one >$tmp/$name.one.ids && \
+                mpirun -np 2 $K25 $* --backend cuda -n 24 --temp 0 --print-ids --pp 2 \
+                --dump-logits $tmp/$name.pp >$tmp/$name.pp.ids && \
+                mpirun -np 2 $K25 $* --backend cuda -n 24 --temp 0 --print-ids \
+                --dump-logits $tmp/$name.tp >$tmp/$name.tp.ids && \
+                cmp $tmp/$name.one.ids $tmp/$name.pp.ids && cmp $tmp/$name.tp.ids $tmp/$name.pp.ids && \
+                echo 'ids equal (1 GPU, TP1xPP2, TP2)' && cmp $tmp/$name.one $tmp/$name.pp && \
+                echo 'PP2 logits bit-identical to 1 GPU' && \
+                python3 tests/py/compare_gpu.py $tmp/$name.tp $tmp/$name.pp --min-cos 0.99999 \
+                --min-gen 23 --label $name"
+        }
+        pp_eq pp2_tiny --config config/tiny.ini --synthetic 1 --tokens 3,1,4,1,5,9,2,6
+        pp_eq pp2_kimi4 --config config/kimi_k25.ini --synthetic 1 --set model.num_hidden_layers=4 \
+            --set run.ctx_size=1024 --tokens 3,1,4,1,5,9,2,6
+
+        # ---- 6. a rank killed mid-decode on the GPUs; SIGTERM keeps the streamed ids ----
+        check rank_kill_gpu 240 env K25_RANK_KILL_ARGS="--backend cuda" tests/t_rank_kill.sh
+    fi
+
+    # ---- 7. compute-sanitizer on every kernel (memcheck, racecheck) ----
+    SAN=${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer
+    # cuBLASLt's own kernels (nvjet_*) are left out of racecheck: their asynchronous (TMA,
+    # mbarrier) shared-memory traffic is reported as hazards the tool cannot order.
+    # NCCL probes kernel images for other architectures (cudaErrorNoKernelImageForDevice that
+    # it handles itself), so API errors are not reported.
+    SANF=(--error-exitcode 9 --print-limit 20 --report-api-errors no)
+    if [ -x "$SAN" ] && [ -z "${K25_NO_SANITIZER:-}" ] && [ -x "$OPS" ]; then
+        for tool in memcheck racecheck; do
+            f=("${SANF[@]}")
+            [ $tool = racecheck ] && f+=(--kernel-name-exclude kns=nvjet)
+            check "sanitizer_${tool}_ops" 600 "$SAN" --tool $tool "${f[@]}" \
+                "$OPS" --config config/tiny.ini --rows 1,5,33
+            check "sanitizer_${tool}_kimi_tp8" 600 "$SAN" --tool $tool "${f[@]}" \
+                "$OPS" --config config/kimi_k25.ini --tp 8 --rank 3 \
+                --set model.num_hidden_layers=2 --rows 1,16 --ctx 200
+            check "sanitizer_${tool}_decode" 600 "$SAN" --tool $tool "${f[@]}" \
+                $K25 --config config/tiny.ini --synthetic 1 --backend cuda \
+                --tokens 1,2,3,4,5,6,7,8,9 -n 8 --temp 0.8 --top-p 0.9 --spec-draft ngram
+        done
+        if [ "$ngpu" -ge 2 ] && [ -x "$BUILD/tests/gpu_allreduce" ]; then
+            check sanitizer_memcheck_allreduce 300 mpirun -np 2 "$SAN" --tool memcheck \
+                "${SANF[@]}" "$BUILD/tests/gpu_allreduce"
+        fi
+    fi
 else
     fail=$((fail + 1)); failed+=(k25dec); echo "FAIL k25dec: $K25 not built"
 fi

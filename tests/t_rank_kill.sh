@@ -13,6 +13,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 bin=${K25DEC:-./k25dec}  # K25DEC: another binary, e.g. to check this test itself
+# K25_RANK_KILL_ARGS: extra k25dec options, e.g. "--backend cuda" for the GPU case
+read -r -a extra <<<"${K25_RANK_KILL_ARGS:-}"
 [ -x "$bin" ] || { echo "missing $bin (make k25dec)"; exit 1; }
 tmp=$(mktemp -d)
 started=()
@@ -26,7 +28,7 @@ bad() { echo "FAIL: $*"; fail=1; }
 
 # shellcheck disable=SC2054  # 1,2,3 is one argument
 args=(--config config/tiny.ini --synthetic 1 --tokens 1,2,3 -n 100000
-      --set run.ctx_size=4096 --set tokens.eos_token_ids=)
+      --set run.ctx_size=4096 --set tokens.eos_token_ids= "${extra[@]}")
 
 # Running = exists and is not a zombie (an exited rank can stay a zombie until reaped).
 alive() {
