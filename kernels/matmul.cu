@@ -1,7 +1,9 @@
-// BF16-weight projections y[T][N] = x[T][K] W^T (W [N][K] bf16 row-major, x and y f32):
-// a GEMV kernel for few rows (f32 activations, f32 accumulate, 16-byte weight loads, split over
-// K inside a block when N is small so that enough warps stream the weights), and cuBLASLt for
-// more rows (activations converted to bf16 in a workspace, f32 accumulate and output).
+// BF16-weight projections y[T][N] = x[T][K] W^T (W [N][K] bf16 row-major, x and y f32): a
+// GEMV-style tile kernel for few rows (every weight row read once for up to 16 activation rows
+// staged in shared memory, f32 accumulate, split-K over a thread-block cluster for small N, the
+// same summation order for every T), and cuBLASLt for more rows (activations converted to bf16
+// in a workspace, f32 accumulate and output).
+#include <cooperative_groups.h>
 #include <cublasLt.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,22 +19,165 @@
     } while (0)
 
 // ------------------------------------------------------------------------------------------
-// GEMV
+// GEMV (few rows)
 // ------------------------------------------------------------------------------------------
+//
+// Tile kernel: a block owns G groups of (warps x GT_RW) weight rows and one slice of K; the K
+// slices of the same rows form one thread-block cluster (up to 8 blocks) and are summed through
+// distributed shared memory. Each block stages its slice of the TT activation rows in shared
+// memory once (f32) and then streams its weight rows, every 16-byte weight load feeding TT x 8
+// FMAs. A warp keeps GT_IT steps (one 16-byte load per lane and row) in flight in a register
+// ring, across row-group boundaries, so a block streams without bubbles; the grid is sized to
+// one wave of clusters (G grows instead) so that no SM waits on a tail.
+//
+// Summation order: a lane sums its chunks in ascending order (fmaf, element by element), the
+// warp sums its lanes by a fixed butterfly, the cluster sums its slices in rank order. The slice
+// plan depends on N and K only (gemv_slices), so y[t][n] is bit-identical for every T: a row's
+// result does not depend on which other rows share the step.
 
-#define GEMV_WARPS 8
+#define GT_RW 4      // weight rows per warp (every activation value loaded is used GT_RW times)
+#define GT_IT 4      // steps (16-byte loads per lane and row) in flight per warp
+#define GT_SLICE 128 // preferred most 16-byte chunks (1024 K-elements) per K slice
+#define GT_MAX_KS 8  // slices per cluster (portable cluster size)
+#define GT_MAX_G 64  // most row groups per block
 
-// Block: 8 warps = (8 / ks) rows x ks K-parts. Each warp accumulates up to TT token rows
-// (rows t0 .. t0+TT of this block's y-slice) for its K-part; the K-parts of a row are summed in
-// shared memory in fixed order, so results do not depend on timing.
-template <int TT, bool kVec>
-__global__ void __launch_bounds__(256) gemv_bf16_kernel(const float *__restrict__ x,
+// K slices for an N x K matrix (power of two, at most GT_MAX_KS): slices of at most GT_SLICE
+// chunks, then more slices while fewer than two blocks per SM would be busy and each slice keeps
+// every lane busy (>= 32 chunks).
+static int gemv_slices(int N, int K, int sms) {
+    const int nchunk = K / 8, nb = (int)k25_cdiv(N, 8 * GT_RW);
+    int ks = 1;
+    while (ks < GT_MAX_KS && k25_cdiv(nchunk, ks) > GT_SLICE) ks *= 2;
+    while (ks < GT_MAX_KS && (int64_t)nb * ks < 2 * sms && k25_cdiv(nchunk, 2 * ks) >= 32) ks *= 2;
+    return ks;
+}
+
+static int gemv_sms(void) {
+    static int sms = -1;
+    return k25_device_attr(&sms, cudaDevAttrMultiProcessorCount);
+}
+
+// x [T][K] f32, W [N][K] bf16, y [T][N]; grid (ks, row blocks, T tiles of TT), cluster (ks,1,1);
+// block row b owns rows [b G rows, (b + 1) G rows). Dynamic shared memory: xs [TT][2][cps]
+// float4 (this slice of the TT rows; plane h holds elements 8c + 4h .. 8c + 4h + 3 of chunk c,
+// so that the lanes' 16-byte reads are contiguous and conflict-free), part [TT][G rows] (this
+// slice's partial sums).
+template <int TT>
+__global__ void __launch_bounds__(256, TT <= 2 ? 2 : 1)
+    gemv_tile_kernel(const float *__restrict__ x, const uint16_t *__restrict__ W, int T, int N,
+                     int K, float *__restrict__ y, int cps, int G) {
+    extern __shared__ float4 gt_smem[];
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nwarps = blockDim.x >> 5;
+    const int rows = nwarps * GT_RW, brows = G * rows, ks = gridDim.x, q = blockIdx.x;
+    const int nb0 = blockIdx.y * brows, t0 = blockIdx.z * TT;
+    const int nchunk = K >> 3, c_beg = q * cps;
+    const int len = max(0, min(nchunk, c_beg + cps) - c_beg); // chunks of this slice
+    const int ipg = (len + 31) >> 5, S = G * ipg;             // steps per row group, in all
+    float4 *xs = gt_smem;                                      // [TT][2][cps]
+    float *part = reinterpret_cast<float *>(gt_smem + (size_t)TT * 2 * cps); // [TT][brows]
+    const uint4 *W4 = reinterpret_cast<const uint4 *>(W);
+    const size_t ld4 = (size_t)K >> 3;
+
+    // step s = (row group g, lane iteration i): chunk i * 32 + lane of rows g rows + warp GT_RW + r
+    auto load_step = [&](int s, uint4 (&w)[GT_RW]) {
+        const int g = ipg ? s / ipg : 0, c = (s - g * ipg) * 32 + lane;
+        const int n = nb0 + g * rows + warp * GT_RW;
+#pragma unroll
+        for (int r = 0; r < GT_RW; r++)
+            w[r] = (s < S && c < len && n + r < N) ? __ldg(W4 + (size_t)(n + r) * ld4 + c_beg + c)
+                                                  : make_uint4(0, 0, 0, 0);
+    };
+    uint4 w[GT_IT][GT_RW];
+#pragma unroll
+    for (int p = 0; p < GT_IT; p++) load_step(p, w[p]);
+
+    // stage the activations while the first weights are on their way
+    {
+        const int n4 = 2 * len;
+        const float4 *x4 = reinterpret_cast<const float4 *>(x) + (size_t)c_beg * 2;
+        for (int idx = threadIdx.x; idx < TT * n4; idx += blockDim.x) {
+            const int t = idx / n4, j = idx - t * n4;
+            xs[(2 * t + (j & 1)) * cps + (j >> 1)] =
+                t0 + t < T ? __ldg(x4 + (size_t)(t0 + t) * (K >> 2) + j)
+                           : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+    }
+    __syncthreads();
+
+    float acc[GT_RW][TT];
+#pragma unroll
+    for (int r = 0; r < GT_RW; r++)
+#pragma unroll
+        for (int t = 0; t < TT; t++) acc[r][t] = 0.0f;
+
+    for (int s0 = 0; s0 < S; s0 += GT_IT) {
+#pragma unroll
+        for (int p = 0; p < GT_IT; p++) {
+            const int s = s0 + p;
+            if (s >= S) break;
+            const int g = s / ipg, i = s - g * ipg, c = i * 32 + lane;
+            if (c < len) {
+                float wf[GT_RW][8];
+#pragma unroll
+                for (int r = 0; r < GT_RW; r++) {
+                    wf[r][0] = k25_bf16_lo(w[p][r].x), wf[r][1] = k25_bf16_hi(w[p][r].x);
+                    wf[r][2] = k25_bf16_lo(w[p][r].y), wf[r][3] = k25_bf16_hi(w[p][r].y);
+                    wf[r][4] = k25_bf16_lo(w[p][r].z), wf[r][5] = k25_bf16_hi(w[p][r].z);
+                    wf[r][6] = k25_bf16_lo(w[p][r].w), wf[r][7] = k25_bf16_hi(w[p][r].w);
+                }
+#pragma unroll
+                for (int t = 0; t < TT; t++) {
+                    const float4 a = xs[2 * t * cps + c], b = xs[(2 * t + 1) * cps + c];
+#pragma unroll
+                    for (int r = 0; r < GT_RW; r++) {
+                        float v = acc[r][t];
+                        v = fmaf(wf[r][0], a.x, v), v = fmaf(wf[r][1], a.y, v);
+                        v = fmaf(wf[r][2], a.z, v), v = fmaf(wf[r][3], a.w, v);
+                        v = fmaf(wf[r][4], b.x, v), v = fmaf(wf[r][5], b.y, v);
+                        v = fmaf(wf[r][6], b.z, v), v = fmaf(wf[r][7], b.w, v);
+                        acc[r][t] = v;
+                    }
+                }
+            }
+            load_step(s + GT_IT, w[p]);
+            if (i == ipg - 1) { // end of row group g: its partial sums to shared memory
+#pragma unroll
+                for (int r = 0; r < GT_RW; r++)
+#pragma unroll
+                    for (int t = 0; t < TT; t++) {
+                        const float v = k25_warp_sum(acc[r][t]);
+                        if (lane == 0) part[t * brows + g * rows + warp * GT_RW + r] = v;
+                        acc[r][t] = 0.0f;
+                    }
+            }
+        }
+    }
+    if (len == 0) // an empty slice (K small for the plan) still owes its zeros
+        for (int e = threadIdx.x; e < TT * brows; e += blockDim.x) part[e] = 0.0f;
+    // the slices of the cluster: block q sums entries [q E / ks, (q+1) E / ks) in rank order
+    cluster.sync();
+    const int E = TT * brows, e_beg = q * E / ks, e_end = (q + 1) * E / ks;
+    for (int e = e_beg + threadIdx.x; e < e_end; e += blockDim.x) {
+        float v = 0.0f;
+        for (int j = 0; j < ks; j++) v += cluster.map_shared_rank(part, j)[e];
+        const int t = e / brows, n = nb0 + (e - t * brows);
+        if (n < N && t0 + t < T) y[(size_t)(t0 + t) * N + n] = v;
+    }
+    cluster.sync(); // keep this block's partials alive until the cluster has read them
+}
+
+// Fallback for unaligned or odd shapes (K % 8 != 0, misaligned pointers, slices too large for
+// shared memory): one weight row per (8 / ks) warps, activations read through the L1.
+template <int TT>
+__global__ void __launch_bounds__(256) gemv_rows_kernel(const float *__restrict__ x,
                                                         const uint16_t *__restrict__ W, int T,
                                                         int N, int K, float *__restrict__ y,
                                                         int ks) {
-    __shared__ float red[GEMV_WARPS][TT];
+    __shared__ float red[8][TT];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int rows_per_block = GEMV_WARPS / ks;
+    const int rows_per_block = 8 / ks;
     const int r_in_block = warp / ks, kpart = warp % ks;
     const int n = blockIdx.x * rows_per_block + r_in_block;
     const int t0 = blockIdx.y * TT;
@@ -41,33 +186,11 @@ __global__ void __launch_bounds__(256) gemv_bf16_kernel(const float *__restrict_
     for (int t = 0; t < TT; t++) acc[t] = 0.0f;
     if (n < N) {
         const uint16_t *wr = W + (size_t)n * K;
-        if (kVec) {
-            const int nchunk = K >> 3;
-            const uint4 *w4 = reinterpret_cast<const uint4 *>(wr);
-#pragma unroll 4
-            for (int c = kpart * 32 + lane; c < nchunk; c += ks * 32) {
-                uint4 wv = __ldg(w4 + c);
-                float wf[8] = {k25_bf16_lo(wv.x), k25_bf16_hi(wv.x), k25_bf16_lo(wv.y),
-                               k25_bf16_hi(wv.y), k25_bf16_lo(wv.z), k25_bf16_hi(wv.z),
-                               k25_bf16_lo(wv.w), k25_bf16_hi(wv.w)};
+        for (int k = kpart * 32 + lane; k < K; k += ks * 32) {
+            float wv = k25_bf16f(wr[k]);
 #pragma unroll
-                for (int t = 0; t < TT; t++) {
-                    if (t0 + t < T) {
-                        const float4 *xr =
-                            reinterpret_cast<const float4 *>(x + (size_t)(t0 + t) * K) + 2 * c;
-                        float4 a = __ldg(xr), b = __ldg(xr + 1);
-                        acc[t] += wf[0] * a.x + wf[1] * a.y + wf[2] * a.z + wf[3] * a.w +
-                                  wf[4] * b.x + wf[5] * b.y + wf[6] * b.z + wf[7] * b.w;
-                    }
-                }
-            }
-        } else {
-            for (int k = kpart * 32 + lane; k < K; k += ks * 32) {
-                float wv = k25_bf16f(wr[k]);
-#pragma unroll
-                for (int t = 0; t < TT; t++)
-                    if (t0 + t < T) acc[t] += wv * x[(size_t)(t0 + t) * K + k];
-            }
+            for (int t = 0; t < TT; t++)
+                if (t0 + t < T) acc[t] = fmaf(wv, x[(size_t)(t0 + t) * K + k], acc[t]);
         }
     }
 #pragma unroll
@@ -84,20 +207,105 @@ __global__ void __launch_bounds__(256) gemv_bf16_kernel(const float *__restrict_
     }
 }
 
+static size_t gemv_tile_smem(int TT, int cps, int brows) {
+    return (size_t)TT * 2 * cps * sizeof(float4) + (size_t)TT * brows * sizeof(float);
+}
+
+// Largest dynamic shared memory a block may opt into.
+static int gemv_smem_optin(void) {
+    static int optin = -1;
+    return k25_device_attr(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin);
+}
+
+// Lets the tile kernel use all the shared memory a block may have (once per TT; done for every
+// TT by k25k_blas_create, outside any graph capture).
+template <int TT>
+static void gemv_allow_smem(void) {
+    static bool done = false;
+    if (done) return;
+    CUDA_CHECK(cudaFuncSetAttribute(gemv_tile_kernel<TT>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    gemv_smem_optin()));
+    done = true;
+}
+
+// Clusters of the tile kernel that fit on the device at once (cached per launch shape).
+template <int TT>
+static int gemv_max_clusters(int ks, int threads, size_t smem) {
+    static struct { int ks, threads, n; size_t smem; } cache[32];
+    static int n_cache = 0;
+    for (int i = 0; i < n_cache; i++)
+        if (cache[i].ks == ks && cache[i].threads == threads && cache[i].smem == smem)
+            return cache[i].n;
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = ks, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
+    cfg.gridDim = dim3((unsigned)ks);
+    cfg.blockDim = dim3((unsigned)threads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int n = 0;
+    if (cudaOccupancyMaxActiveClusters(&n, gemv_tile_kernel<TT>, &cfg) != cudaSuccess) {
+        (void)cudaGetLastError();
+        n = 0;
+    }
+    if (n_cache < 32) cache[n_cache].ks = ks, cache[n_cache].threads = threads,
+                      cache[n_cache].smem = smem, cache[n_cache++].n = n;
+    return n;
+}
+
+// Warps per block: 4 when blocks of 8 warps would leave SMs idle (rows per block do not change
+// the summation order, only the K slices do).
+static int gemv_warps(int N, int ks, int sms) {
+    return k25_cdiv(N, 8 * GT_RW) * ks < sms ? 4 : 8;
+}
+
 template <int TT>
 static void gemv_launch(const float *x, const uint16_t *W, int T, int N, int K, float *y,
                         cudaStream_t s) {
-    // K-parts per row: enough warps in flight when N is small (132 SMs x 64 warps).
-    int ks = N >= 8192 ? 1 : (N >= 4096 ? 2 : (N >= 2048 ? 4 : 8));
-    if (K < 256 * ks) ks = K >= 1024 ? 4 : (K >= 512 ? 2 : 1);
-    int rows_per_block = GEMV_WARPS / ks;
-    dim3 grid((unsigned)k25_cdiv(N, rows_per_block), (unsigned)k25_cdiv(T, TT));
-    bool vec = (K % 8 == 0) && ((uintptr_t)x % 16 == 0) && ((uintptr_t)W % 16 == 0);
-    if (vec)
-        gemv_bf16_kernel<TT, true><<<grid, 256, 0, s>>>(x, W, T, N, K, y, ks);
-    else
-        gemv_bf16_kernel<TT, false><<<grid, 256, 0, s>>>(x, W, T, N, K, y, ks);
-    K25_LAUNCH_CHECK(s, "gemv_bf16");
+    const int sms = gemv_sms(), ks = gemv_slices(N, K, sms), cps = (int)k25_cdiv(K / 8, ks);
+    const int warps = gemv_warps(N, ks, sms), rows = warps * GT_RW;
+    const bool vec = (K % 8 == 0) && ((uintptr_t)x % 16 == 0) && ((uintptr_t)W % 16 == 0);
+    const int optin = gemv_smem_optin();
+    if (vec) gemv_allow_smem<TT>();
+    int clusters = 0;
+    if (vec && gemv_tile_smem(TT, cps, rows) <= (size_t)optin)
+        clusters = gemv_max_clusters<TT>(ks, 32 * warps, gemv_tile_smem(TT, cps, rows));
+    if (clusters > 0) {
+        // one wave: as many row blocks as clusters fit (per T tile), G row groups each
+        const int nb = (int)k25_cdiv(N, rows), tiles = (int)k25_cdiv(T, TT);
+        int per_tile = clusters / tiles > 1 ? clusters / tiles : 1;
+        int G = (int)k25_cdiv(nb, per_tile < nb ? per_tile : nb);
+        if (G > GT_MAX_G) G = GT_MAX_G;
+        while (G > 1 && gemv_tile_smem(TT, cps, G * rows) > (size_t)optin) G--;
+        const size_t smem = gemv_tile_smem(TT, cps, G * rows);
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute attr;
+        attr.id = cudaLaunchAttributeClusterDimension;
+        attr.val.clusterDim.x = ks, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
+        cfg.gridDim = dim3((unsigned)ks, (unsigned)k25_cdiv(nb, G), (unsigned)tiles);
+        cfg.blockDim = dim3(32 * warps);
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = s;
+        cfg.attrs = &attr;
+        cfg.numAttrs = 1;
+        CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_tile_kernel<TT>, x, W, T, N, K, y, cps, G));
+        K25_LAUNCH_CHECK(s, "gemv_bf16 tile");
+        return;
+    }
+    int kp = N >= 8192 ? 1 : (N >= 4096 ? 2 : (N >= 2048 ? 4 : 8));
+    if (K < 256 * kp) kp = K >= 1024 ? 4 : (K >= 512 ? 2 : 1);
+    dim3 grid((unsigned)k25_cdiv(N, 8 / kp), (unsigned)k25_cdiv(T, TT));
+    gemv_rows_kernel<TT><<<grid, 256, 0, s>>>(x, W, T, N, K, y, kp);
+    K25_LAUNCH_CHECK(s, "gemv_bf16 rows");
+}
+
+void k25k_gemv_plan(int N, int K, int *k_slices, int *rows_per_block) {
+    const int sms = gemv_sms(), ks = gemv_slices(N, K, sms);
+    *k_slices = ks;
+    *rows_per_block = gemv_warps(N, ks, sms) * GT_RW;
 }
 
 void k25k_gemv_bf16(const float *x, const uint16_t *W, int T, int N, int K, float *y,
@@ -109,8 +317,10 @@ void k25k_gemv_bf16(const float *x, const uint16_t *W, int T, int N, int K, floa
         gemv_launch<2>(x, W, T, N, K, y, s);
     else if (T <= 4)
         gemv_launch<4>(x, W, T, N, K, y, s);
-    else
+    else if (T <= 8)
         gemv_launch<8>(x, W, T, N, K, y, s);
+    else
+        gemv_launch<16>(x, W, T, N, K, y, s); // T > 16: tiles of 16 rows, weights re-read per tile
 }
 
 // ------------------------------------------------------------------------------------------
@@ -145,11 +355,15 @@ k25k_blas *k25k_blas_create(size_t workspace_bytes) {
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(b->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(b->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     b->ws_bytes = workspace_bytes;
+    gemv_allow_smem<1>(), gemv_allow_smem<2>(), gemv_allow_smem<4>(), gemv_allow_smem<8>();
+    gemv_allow_smem<16>();
     CUDA_CHECK(cudaMalloc(&b->workspace, b->ws_bytes));
     const char *e = getenv("K25_GEMV_MAX_T");
-    // measured on H200 (bench/micro_w4a16): the GEMV streams at 65-100% of copy bandwidth at
-    // T = 1 but falls to ~20% at T = 8, where cuBLASLt does better
-    b->gemv_max_t = e && *e ? atoi(e) : 2;
+    // Measured on H200 (bench/micro_matmul): the tile GEMV beats cuBLASLt's two bf16 products
+    // by 1.1-2x at T = 4 and loses at T = 16 (0.4-0.9x: its f32 FMAs, 2 T flops per 2-byte
+    // weight, then outrun the CUDA cores), so it takes steps of up to 8 rows, where a row's
+    // result also does not depend on T (speculative verification = plain decoding bit for bit).
+    b->gemv_max_t = e && *e ? atoi(e) : 8;
     return b;
 }
 
