@@ -1,12 +1,15 @@
 // MLA attention, absorbed decode form (../shared/KIMI_K25.md §4.5), over the paged bf16 latent
 // cache: latent RMSNorm + YaRN RoPE + cache write, q absorption (q_abs = q_nope W_UK per head),
 // split-sequence attention (flash-decoding: every block handles a chunk of the positions of one
-// row for up to 8 heads, reading each cache row once for all of them), the merge of the chunks,
-// and the output projection through W_UV.
+// row for a group of heads, reading each cache row once for all of them; bf16 cache on tensor
+// cores, f32 cache on CUDA cores), the merge of the chunks, and the output projection through
+// W_UV.
 //
 // Shapes (local heads H): q [T][H][dn+dr], kv [T][L+dr] (raw kv_a output), out [T][H][dv];
 // cache [n_blocks*kv_block][L+dr] per layer, bf16 (default) or f32 (K25_KV_F32=1: the exact
 // latents, for bit-closeness to a float32 reference); kv_b [H*(dn+dv)][L] bf16.
+#include <stdlib.h>
+
 #include "cuda_kernels.cuh"
 
 #define MLA_HG 8   // heads per attention block (one warp each)
@@ -99,6 +102,7 @@ __global__ void mla_prep_kernel(k25k_mla_args a, CT *__restrict__ cache, float *
 // flight (one weight row per d is a coalesced 128-byte read across the block's columns).
 #define ABS_C 64
 #define ABS_G 4
+#define ABS_D 32
 __global__ void __launch_bounds__(ABS_C * ABS_G) mla_absorb_kernel(
     k25k_mla_args a, const float *__restrict__ q, const uint16_t *__restrict__ kvb,
     float *__restrict__ q_abs) {
@@ -113,12 +117,21 @@ __global__ void __launch_bounds__(ABS_C * ABS_G) mla_absorb_kernel(
     for (int i = 0; i < 8; i++) acc[i] = 0.0f;
     if (c < L) {
         const uint16_t *w = kvb + (size_t)h * (a.dn + a.dv) * L + c;
-#pragma unroll 8
-        for (int d = d0; d < d1; d++) {
-            float wv = k25_bf16f(__ldg(w + (size_t)d * L));
+        // ABS_D weights per thread are loaded before any is used: one memory round trip per
+        // ABS_D nope dims (32 at Kimi's shapes: all of them) instead of one per 8.
+        for (int db = d0; db < d1; db += ABS_D) {
+            float wv[ABS_D];
 #pragma unroll
-            for (int i = 0; i < 8; i++)
-                if (t0 + i < a.T) acc[i] += q[((size_t)(t0 + i) * a.H + h) * dq + d] * wv;
+            for (int u = 0; u < ABS_D; u++)
+                wv[u] = db + u < d1 ? k25_bf16f(__ldg(w + (size_t)(db + u) * L)) : 0.0f;
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                if (t0 + i >= a.T) break;
+                const float *qr = q + ((size_t)(t0 + i) * a.H + h) * dq;
+#pragma unroll
+                for (int u = 0; u < ABS_D; u++)
+                    if (db + u < d1) acc[i] += qr[db + u] * wv[u];
+            }
         }
     }
 #pragma unroll
@@ -136,7 +149,8 @@ __global__ void __launch_bounds__(ABS_C * ABS_G) mla_absorb_kernel(
 }
 
 // ------------------------------------------------------------------------------------------
-// 3. attention over one chunk of positions, up to MLA_HG heads
+// 3a. attention over one chunk of positions, up to MLA_HG heads, on CUDA cores: the f32
+//     cache (exact mode) and shapes the tensor-core kernel does not take
 // ------------------------------------------------------------------------------------------
 
 // Dynamic shared memory: qs [MLA_HG][W] f32 (q_abs then q_pe), cs [MLA_JT][W + 4] f32 cache
@@ -273,43 +287,332 @@ __global__ void __launch_bounds__(256) mla_attn_kernel(k25k_mla_args a, const CT
 }
 
 // ------------------------------------------------------------------------------------------
+// 3b. bf16 cache: attention on tensor cores
+// ------------------------------------------------------------------------------------------
+
+// Block: one row t, up to MMA_HM heads (the M dimension of m16n8k16, padded with zero heads),
+// one chunk of positions, walked in tiles of MMA_JT cache rows. Each tile is copied ONCE into
+// shared memory (cp.async, 16-byte pieces, double buffered so the next tile streams in while
+// this one is used) and serves every head of the block: S = Q C^T over the W = L + dr values
+// of a row, then O += P C over the L latent values. Q and P are f32 split into bf16 hi + lo
+// (two MMAs each), so the products keep about f32 accuracy against the exact bf16 cache.
+#define MMA_HM 16   // heads per block
+#define MMA_JT 64   // cache rows per tile
+#define MMA_WARPS 4 // scores: warp w owns tile rows [16w, 16w+16); output: 16-dim slices w, w+4, ...
+#define MMA_NT16 8  // output slices per warp at most: L <= 16 * MMA_NT16 * MMA_WARPS = 512
+#define MMA_PS (MMA_JT + 8) // P row stride (elements): 144 B, an odd number of 16-byte units
+
+__device__ __forceinline__ uint32_t mla_smem_addr(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void mla_ldsm_x4(uint32_t r[4], const uint16_t *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(mla_smem_addr(p)));
+}
+__device__ __forceinline__ void mla_ldsm_x4_trans(uint32_t r[4], const uint16_t *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(mla_smem_addr(p)));
+}
+__device__ __forceinline__ void mla_cp_async16(uint16_t *dst, const uint16_t *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(mla_smem_addr(dst)), "l"(src));
+}
+__device__ __forceinline__ void mla_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void mla_cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+// d += a b (m16n8k16, bf16 in, f32 accumulate)
+__device__ __forceinline__ void mla_mma(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Score K extent (W padded to 16 with zeros) and the row stride of the shared cache tile and Q:
+// KP + 8 elements is an odd number of 16-byte units, so the 8 row addresses of an ldmatrix
+// fall in distinct bank groups.
+__host__ __device__ __forceinline__ int mla_mma_kp(int W) { return (W + 15) & ~15; }
+__host__ __device__ __forceinline__ int mla_mma_ws(int W) { return mla_mma_kp(W) + 8; }
+
+static size_t mla_mma_smem(int W) {
+    const size_t ws = (size_t)mla_mma_ws(W);
+    return 2 * (2 * MMA_JT * ws + 2 * MMA_HM * ws + 2 * MMA_HM * MMA_PS) +
+           4 * (MMA_HM * MMA_JT + MMA_HM);
+}
+
+__global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
+    k25k_mla_args a, const uint16_t *__restrict__ cache, const float *__restrict__ q,
+    const float *__restrict__ q_abs, int n_chunks, float *__restrict__ part_ml,
+    float *__restrict__ part_o) {
+    static_assert(MMA_HM * 8 == MMA_WARPS * 32, "softmax: 8 threads per head");
+    static_assert(MMA_JT == 16 * MMA_WARPS, "scores: 16 tile rows per warp");
+    extern __shared__ __align__(16) unsigned char mla_smem[];
+    const int L = a.L, W = L + a.dr, dq = a.dn + a.dr;
+    const int KP = mla_mma_kp(W), WS = mla_mma_ws(W);
+    uint16_t *cbuf = reinterpret_cast<uint16_t *>(mla_smem); // [2][MMA_JT][WS] cache tiles
+    uint16_t *qhi = cbuf + 2 * MMA_JT * WS;                    // [MMA_HM][WS]
+    uint16_t *qlo = qhi + MMA_HM * WS;                         // [MMA_HM][WS]
+    uint16_t *phi = qlo + MMA_HM * WS;                         // [MMA_HM][MMA_PS]
+    uint16_t *plo = phi + MMA_HM * MMA_PS;                     // [MMA_HM][MMA_PS]
+    float *sf = reinterpret_cast<float *>(plo + MMA_HM * MMA_PS); // [MMA_HM][MMA_JT] scores
+    float *corr = sf + MMA_HM * MMA_JT;                           // [MMA_HM]
+
+    const int chunk = blockIdx.x, h0 = blockIdx.y * MMA_HM, t = blockIdx.z;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+    const int s = a.seq[t], len = a.pos[t] + 1;
+    const int clen = (int)(k25_cdiv(k25_cdiv(len, n_chunks), MMA_JT) * MMA_JT);
+    const int j0 = chunk * clen, j1 = min(len, j0 + clen);
+    const int nh = min(MMA_HM, a.H - h0);
+    if (j0 >= j1) { // nothing here (the merge counts only the non-empty chunks)
+        if (tid < nh) {
+            float *ml = part_ml + (((size_t)t * a.H + h0 + tid) * n_chunks + chunk) * 2;
+            ml[0] = -INFINITY;
+            ml[1] = 0.0f;
+        }
+        return;
+    }
+
+    // Tile rows -> cache row indices: lane l resolves rows l and l + 32 through the block
+    // table once; the warps then fetch each row's 16-byte pieces with consecutive lanes.
+    const int vpr = W / 8; // 16-byte pieces per cache row
+    auto load_tile = [&](int jt, uint16_t *buf) {
+        int rix[2];
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int j = jt + lane + 32 * u;
+            rix[u] = -1;
+            if (j < j1) {
+                const int bi = j / a.kv_block;
+                int blk = bi < a.max_blocks && (unsigned)s < (unsigned)a.max_seqs
+                              ? a.block_table[(size_t)s * a.max_blocks + bi]
+                              : -1;
+                if (blk < 0 || blk >= a.n_blocks) {
+                    atomicExch(a.err, 2);
+                    blk = 0;
+                }
+                rix[u] = blk * a.kv_block + j % a.kv_block;
+            }
+        }
+#pragma unroll 4
+        for (int i = 0; i < MMA_JT / MMA_WARPS; i++) {
+            const int r = warp + MMA_WARPS * i; // warp-uniform
+            const int ri = __shfl_sync(0xffffffffu, r < 32 ? rix[0] : rix[1], r & 31);
+            uint16_t *dst = buf + r * WS;
+            if (ri >= 0) {
+                const uint16_t *src = cache + (size_t)ri * W;
+                for (int v = lane; v < vpr; v += 32) mla_cp_async16(dst + v * 8, src + v * 8);
+            } else { // past the chunk: zeros (P is 0 there, and 0 * NaN garbage would be NaN)
+                for (int v = lane; v < vpr; v += 32)
+                    *reinterpret_cast<uint4 *>(dst + v * 8) = make_uint4(0, 0, 0, 0);
+            }
+        }
+    };
+
+    const int n_tiles = (int)k25_cdiv(j1 - j0, MMA_JT);
+    load_tile(j0, cbuf);
+    mla_cp_commit();
+
+    // Q (f32 q_abs then roped q_pe) -> bf16 hi + lo; zero heads past nh and columns past W.
+    // QU loads per thread are issued before any is used: a few L2 round trips, not one each.
+    constexpr int QU = 24;
+    for (int i0 = tid; i0 < MMA_HM * KP; i0 += MMA_WARPS * 32 * QU) {
+        float v[QU];
+#pragma unroll
+        for (int u = 0; u < QU; u++) {
+            const int i = i0 + u * MMA_WARPS * 32, h = i / KP, k = i - h * KP;
+            v[u] = 0.0f;
+            if (h < nh && k < W) {
+                const size_t th = (size_t)t * a.H + h0 + h;
+                v[u] = k < L ? q_abs[th * L + k] : q[th * dq + a.dn + (k - L)];
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < QU; u++) {
+            const int i = i0 + u * MMA_WARPS * 32, h = i / KP, k = i - h * KP;
+            if (h < MMA_HM) {
+                const uint16_t hi = k25_f2bf(v[u]);
+                qhi[h * WS + k] = hi;
+                qlo[h * WS + k] = k25_f2bf(v[u] - k25_bf16f(hi));
+            }
+        }
+    }
+    if (KP > W) // the zero padding of both cache buffers (cp.async fills [0, W) only)
+        for (int i = tid; i < 2 * MMA_JT * (KP - W); i += blockDim.x)
+            cbuf[(i / (KP - W)) * WS + W + i % (KP - W)] = 0;
+
+    float o[MMA_NT16][2][4];
+#pragma unroll
+    for (int i = 0; i < MMA_NT16; i++)
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) o[i][n][e] = 0.0f;
+    float m_run = -INFINITY, l_run = 0.0f; // head tid / 8 (the softmax thread group)
+
+    for (int it = 0; it < n_tiles; it++) {
+        const int jt = j0 + it * MMA_JT;
+        const uint16_t *cb = cbuf + (it & 1) * MMA_JT * WS;
+        if (it + 1 < n_tiles) {
+            load_tile(jt + MMA_JT, cbuf + ((it + 1) & 1) * MMA_JT * WS);
+            mla_cp_commit();
+            mla_cp_wait<1>();
+        } else {
+            mla_cp_wait<0>();
+        }
+        __syncthreads(); // this tile (and Q, first time) visible to every warp
+
+        // S[16 heads][16 rows of this warp] = Q C^T
+        float sc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+        {
+            const uint16_t *qa = qhi + (lane & 15) * WS + (lane >> 4) * 8;
+            const uint16_t *qb = qlo + (lane & 15) * WS + (lane >> 4) * 8;
+            const uint16_t *cr = cb + (warp * 16 + (lane >> 4) * 8 + (lane & 7)) * WS + ((lane >> 3) & 1) * 8;
+#pragma unroll 4
+            for (int k0 = 0; k0 < KP; k0 += 16) {
+                uint32_t ah[4], al[4], b[4];
+                mla_ldsm_x4(ah, qa + k0);
+                mla_ldsm_x4(al, qb + k0);
+                mla_ldsm_x4(b, cr + k0);
+                mla_mma(sc[0], ah, b[0], b[1]);
+                mla_mma(sc[0], al, b[0], b[1]);
+                mla_mma(sc[1], ah, b[2], b[3]);
+                mla_mma(sc[1], al, b[2], b[3]);
+            }
+        }
+#pragma unroll
+        for (int n = 0; n < 2; n++) {
+            const int c = warp * 16 + n * 8 + (lane & 3) * 2, r = lane >> 2;
+            sf[r * MMA_JT + c] = sc[n][0] * a.scale;
+            sf[r * MMA_JT + c + 1] = sc[n][1] * a.scale;
+            sf[(r + 8) * MMA_JT + c] = sc[n][2] * a.scale;
+            sf[(r + 8) * MMA_JT + c + 1] = sc[n][3] * a.scale;
+        }
+        __syncthreads();
+
+        // online softmax: 8 threads per head, 8 tile rows each
+        {
+            const int h = tid >> 3, c0 = (tid & 7) * 8;
+            float v[8], mt = -INFINITY;
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                v[u] = jt + c0 + u < j1 ? sf[h * MMA_JT + c0 + u] : -INFINITY;
+                mt = fmaxf(mt, v[u]);
+            }
+#pragma unroll
+            for (int off = 1; off < 8; off <<= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, off));
+            const float m_new = fmaxf(m_run, mt); // finite: the tile has a valid row
+            const float cf = m_run == -INFINITY ? 0.0f : expf(m_run - m_new);
+            float ps = 0.0f;
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                const float p = v[u] == -INFINITY ? 0.0f : expf(v[u] - m_new);
+                ps += p;
+                const uint16_t hi = k25_f2bf(p);
+                phi[h * MMA_PS + c0 + u] = hi;
+                plo[h * MMA_PS + c0 + u] = k25_f2bf(p - k25_bf16f(hi));
+            }
+#pragma unroll
+            for (int off = 1; off < 8; off <<= 1) ps += __shfl_xor_sync(0xffffffffu, ps, off);
+            l_run = l_run * cf + ps;
+            m_run = m_new;
+            if ((tid & 7) == 0) corr[h] = cf;
+        }
+        __syncthreads();
+
+        // O[16 heads][this warp's latent slices] = O * corr + P C
+        {
+            const float c_a = corr[lane >> 2], c_b = corr[(lane >> 2) + 8];
+#pragma unroll
+            for (int i = 0; i < MMA_NT16; i++)
+#pragma unroll
+                for (int n = 0; n < 2; n++) {
+                    o[i][n][0] *= c_a;
+                    o[i][n][1] *= c_a;
+                    o[i][n][2] *= c_b;
+                    o[i][n][3] *= c_b;
+                }
+            const int kmax = min(MMA_JT, j1 - jt); // rows past it have P = 0
+            const uint16_t *pa = phi + (lane & 15) * MMA_PS + (lane >> 4) * 8;
+            const uint16_t *pb = plo + (lane & 15) * MMA_PS + (lane >> 4) * 8;
+            for (int k0 = 0; k0 < kmax; k0 += 16) {
+                uint32_t ah[4], al[4];
+                mla_ldsm_x4(ah, pa + k0);
+                mla_ldsm_x4(al, pb + k0);
+                const uint16_t *vr = cb + (k0 + (lane & 15)) * WS + (lane >> 4) * 8;
+#pragma unroll
+                for (int i = 0; i < MMA_NT16; i++) {
+                    const int n16 = warp + MMA_WARPS * i;
+                    if (n16 * 16 >= L) break;
+                    uint32_t b[4];
+                    mla_ldsm_x4_trans(b, vr + n16 * 16);
+                    mla_mma(o[i][0], ah, b[0], b[1]);
+                    mla_mma(o[i][0], al, b[0], b[1]);
+                    mla_mma(o[i][1], ah, b[2], b[3]);
+                    mla_mma(o[i][1], al, b[2], b[3]);
+                }
+            }
+        }
+        __syncthreads(); // the buffer is refilled by the next iteration's prefetch
+    }
+
+#pragma unroll
+    for (int i = 0; i < MMA_NT16; i++) {
+        const int n16 = warp + MMA_WARPS * i;
+        if (n16 * 16 >= L) break;
+#pragma unroll
+        for (int n = 0; n < 2; n++) {
+            const int d = n16 * 16 + n * 8 + (lane & 3) * 2;
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                const int h = (lane >> 2) + 8 * half;
+                if (h >= nh) continue;
+                float *po = part_o + (((size_t)t * a.H + h0 + h) * n_chunks + chunk) * L;
+                if (d < L) po[d] = o[i][n][2 * half];
+                if (d + 1 < L) po[d + 1] = o[i][n][2 * half + 1];
+            }
+        }
+    }
+    if ((tid & 7) == 0 && (tid >> 3) < nh) {
+        float *ml = part_ml + (((size_t)t * a.H + h0 + (tid >> 3)) * n_chunks + chunk) * 2;
+        ml[0] = m_run;
+        ml[1] = l_run;
+    }
+}
+
+// ------------------------------------------------------------------------------------------
 // 4. merge of the chunks: o_lat[t][h][L]
 // ------------------------------------------------------------------------------------------
 
-// Grid: (t*H + h, latent dims / 128). Each block recomputes the chunk weights (max, then the
-// normalizer, in a fixed order) and sums its 128 dims over the non-empty chunks with eight
-// independent accumulators, so that many loads are in flight.
-__global__ void __launch_bounds__(128) mla_merge_kernel(k25k_mla_args a, int n_chunks,
+// Grid: (t*H + h, latent dims / 128). The non-empty chunks are the first cdiv(len, clen), with
+// clen computed as the attention kernel did (tile = its rows per tile). Each block recomputes
+// the chunk weights (max, then the normalizer, in a fixed order) and sums its 128 dims over
+// those chunks with eight independent accumulators, so that many loads are in flight.
+__global__ void __launch_bounds__(128) mla_merge_kernel(k25k_mla_args a, int n_chunks, int tile,
                                                         const float *__restrict__ part_ml,
                                                         const float *__restrict__ part_o,
                                                         float *__restrict__ o_lat) {
-    __shared__ int idx[256];
     __shared__ float wgt[256];
-    __shared__ int n_act;
     __shared__ float scratch[32];
     const size_t th = blockIdx.x; // t * H + h
+    const int len = a.pos[th / a.H] + 1;
+    const int clen = (int)(k25_cdiv(k25_cdiv(len, n_chunks), tile) * tile);
+    const int n = len > 0 ? min(n_chunks, (int)k25_cdiv(len, clen)) : 0;
     const float *ml = part_ml + th * n_chunks * 2;
     float mloc = -INFINITY;
-    for (int c = threadIdx.x; c < n_chunks; c += blockDim.x) mloc = fmaxf(mloc, ml[2 * c]);
+    for (int c = threadIdx.x; c < n; c += blockDim.x) mloc = fmaxf(mloc, ml[2 * c]);
     mloc = k25_warp_max(mloc);
     if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = mloc;
     __syncthreads();
     float M = -INFINITY;
     for (int w = 0; w < (int)(blockDim.x >> 5); w++) M = fmaxf(M, scratch[w]);
     __syncthreads();
-    if (threadIdx.x == 0) { // compact list of non-empty chunks, in chunk order
-        int n = 0;
-        for (int c = 0; c < n_chunks; c++)
-            if (ml[2 * c] != -INFINITY) idx[n++] = c;
-        n_act = n;
-    }
-    __syncthreads();
-    const int n = n_act;
     float dl = 0.0f;
     for (int k = threadIdx.x; k < n; k += blockDim.x) {
-        float w = expf(ml[2 * idx[k]] - M);
+        float w = expf(ml[2 * k] - M);
         wgt[k] = w;
-        dl += w * ml[2 * idx[k] + 1];
+        dl += w * ml[2 * k + 1];
     }
     const float den = k25_block_sum(dl, scratch); // fixed-order tree: deterministic
     const int d = blockIdx.y * 128 + threadIdx.x;
@@ -319,9 +622,9 @@ __global__ void __launch_bounds__(128) mla_merge_kernel(k25k_mla_args a, int n_c
     int k = 0;
     for (; k + 8 <= n; k += 8) {
 #pragma unroll
-        for (int u = 0; u < 8; u++) acc[u] += wgt[k + u] * po[(size_t)idx[k + u] * a.L];
+        for (int u = 0; u < 8; u++) acc[u] += wgt[k + u] * po[(size_t)(k + u) * a.L];
     }
-    for (; k < n; k++) acc[0] += wgt[k] * po[(size_t)idx[k] * a.L];
+    for (; k < n; k++) acc[0] += wgt[k] * po[(size_t)k * a.L];
     float sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
     o_lat[th * a.L + d] = sum / den;
 }
@@ -361,9 +664,12 @@ __global__ void mla_out_kernel(k25k_mla_args a, const float *__restrict__ o_lat,
 // Driver
 // ------------------------------------------------------------------------------------------
 
+// Chunks per (row, head group) so that one wave of tensor-core attention blocks (one per SM:
+// ~195 KB of shared memory each at Kimi's shapes) covers the GPU even at batch 1 with 8 heads.
+// The kernels round a chunk up to whole tiles, so short contexts use fewer chunks.
 int k25k_mla_chunks(int T, int H, int num_sms) {
-    int hg = (int)k25_cdiv(H, MLA_HG);
-    int n = (int)k25_cdiv(4 * num_sms, (int64_t)T * hg);
+    int hg = (int)k25_cdiv(H, MMA_HM);
+    int n = (int)k25_cdiv(num_sms, (int64_t)T * hg);
     return n < 1 ? 1 : (n > 256 ? 256 : n);
 }
 
@@ -389,20 +695,42 @@ static void mla_run(const k25k_mla_args *a, CT *cache, const uint16_t *kvb, floa
     mla_absorb_kernel<<<g2, ABS_C * ABS_G, 0, s>>>(*a, q, kvb, q_abs);
     K25_LAUNCH_CHECK(s, "mla_absorb");
 
-    size_t smem = sizeof(float) * (MLA_HG * (size_t)W + MLA_JT * (size_t)(W + 4) + MLA_HG * MLA_JT +
-                                   MLA_HG);
-    static size_t smem_set = 0; // per instantiation
-    if (smem > 48 * 1024 && smem > smem_set) {
-        CUDA_CHECK(cudaFuncSetAttribute(mla_attn_kernel<CT>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        smem_set = smem;
+    int tile = MLA_JT;
+    static int smem_optin_cache = -1;
+    const int smem_optin =
+        k25_device_attr(&smem_optin_cache, cudaDevAttrMaxSharedMemoryPerBlockOptin);
+    // K25_MLA_CUDA_CORES=1 keeps the bf16 cache on the CUDA-core kernel (A/B checks)
+    static const int cores_only = getenv("K25_MLA_CUDA_CORES") && atoi(getenv("K25_MLA_CUDA_CORES"));
+    const size_t smem_mma = mla_mma_smem(W);
+    if (sizeof(CT) == 2 && !cores_only && L <= 16 * MMA_NT16 * MMA_WARPS && W % 8 == 0 &&
+        smem_mma <= (size_t)smem_optin) {
+        static size_t mma_set = 0;
+        if (smem_mma > 48 * 1024 && smem_mma > mma_set) {
+            CUDA_CHECK(cudaFuncSetAttribute(mla_attn_mma_kernel,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_mma));
+            mma_set = smem_mma;
+        }
+        dim3 g3((unsigned)n_chunks, (unsigned)k25_cdiv(H, MMA_HM), (unsigned)T);
+        mla_attn_mma_kernel<<<g3, MMA_WARPS * 32, smem_mma, s>>>(
+            *a, reinterpret_cast<const uint16_t *>(cache), q, q_abs, n_chunks, part_ml, part_o);
+        K25_LAUNCH_CHECK(s, "mla_attn_mma");
+        tile = MMA_JT;
+    } else {
+        size_t smem = sizeof(float) * (MLA_HG * (size_t)W + MLA_JT * (size_t)(W + 4) +
+                                       MLA_HG * MLA_JT + MLA_HG);
+        static size_t smem_set = 0; // per instantiation
+        if (smem > 48 * 1024 && smem > smem_set) {
+            CUDA_CHECK(cudaFuncSetAttribute(mla_attn_kernel<CT>,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            smem_set = smem;
+        }
+        dim3 g3((unsigned)n_chunks, (unsigned)k25_cdiv(H, MLA_HG), (unsigned)T);
+        mla_attn_kernel<CT><<<g3, 256, smem, s>>>(*a, cache, q, q_abs, n_chunks, part_ml, part_o);
+        K25_LAUNCH_CHECK(s, "mla_attn");
     }
-    dim3 g3((unsigned)n_chunks, (unsigned)k25_cdiv(H, MLA_HG), (unsigned)T);
-    mla_attn_kernel<CT><<<g3, 256, smem, s>>>(*a, cache, q, q_abs, n_chunks, part_ml, part_o);
-    K25_LAUNCH_CHECK(s, "mla_attn");
 
-    mla_merge_kernel<<<dim3((unsigned)th, (unsigned)k25_cdiv(L, 128)), 128, 0, s>>>(*a, n_chunks, part_ml,
-                                                                              part_o, o_lat);
+    mla_merge_kernel<<<dim3((unsigned)th, (unsigned)k25_cdiv(L, 128)), 128, 0, s>>>(*a, n_chunks, tile,
+                                                                              part_ml, part_o, o_lat);
     K25_LAUNCH_CHECK(s, "mla_merge");
 
     mla_out_kernel<<<(unsigned)k25_cdiv((int64_t)H * a->dv, 8), 256, 0, s>>>(*a, o_lat, kvb, out);
