@@ -1,8 +1,9 @@
 // Micro benchmark of the routed-expert MoE on one GPU at Kimi-K2.5's per-rank shapes (hidden
 // 7168, expert width 2048 / TP, top-8): the whole W4A16 pipeline of one step (device routing
-// sort, grouped gate+up GEMM, SiLU*up, grouped down GEMM, weighted combine) with 8 active
-// experts of M tokens each, next to cuBLASLt BF16 GEMMs of the same shapes (16 calls: gate+up
-// and down for each expert) and the bandwidth floor (a device-to-device copy measured in the
+// sort with the split-K plans, grouped gate+up GEMM with the split reduction and SiLU*up fused,
+// grouped down GEMM, weighted combine) with 8 active experts of M tokens each (the split plan
+// each M gets is a table column), next to cuBLASLt BF16 GEMMs of the same shapes (16 calls:
+// gate+up and down for each expert) and the bandwidth floor (a device-to-device copy measured in the
 // same run). Weights rotate through more than 1 GB of experts so every timed step reads them
 // from HBM; times are medians of CUDA-graph replays. Before timing, each TP's pipeline output is
 // checked against a float64 host reference of two tokens (relative L2 error <= 1e-2).
@@ -95,8 +96,9 @@ struct moe_ws {
 };
 
 static void ws_alloc(moe_ws &w, int T, int E, int I, int D, int num_sms) {
-    int A = T * TOPK, ma = k25k_moe_max_items(T, TOPK, E), ns, kb;
-    size_t ints = (size_t)E * 3 + 2 + 2 * (size_t)A + 2 * (size_t)ma + 2;
+    int A = T * TOPK, ma = k25k_moe_max_items(T, TOPK, E);
+    const size_t n_done = (size_t)ma * k25k_moe_row_blocks(2 * I);
+    size_t ints = (size_t)E * 3 + 2 + 2 * (size_t)A + 2 * (size_t)ma + 2 + 4 + n_done;
     CUDA_CHECK(cudaMalloc(&w.ints, ints * sizeof(int)));
     CUDA_CHECK(cudaMemset(w.ints, 0, ints * sizeof(int)));
     int *p = w.ints;
@@ -109,12 +111,12 @@ static void ws_alloc(moe_ws &w, int T, int E, int I, int D, int num_sms) {
     w.r.item_expert = p, p += ma;
     w.r.item_p0 = p, p += ma;
     w.r.n_items = p, p += 1;
+    w.r.plan = p, p += 4;
+    w.r.tile_done = p, p += n_done; // zeroed with the rest
     w.r.err = p;
-    k25k_moe_splits(2 * I, D, ma, num_sms, &ns, &kb);
-    CUDA_CHECK(cudaMalloc(&w.part1, sizeof(float) * ns * (size_t)A * 2 * I));
+    CUDA_CHECK(cudaMalloc(&w.part1, sizeof(float) * k25k_moe_part_floats(2 * I, D, A, num_sms)));
     CUDA_CHECK(cudaMalloc(&w.h, sizeof(float) * (size_t)A * I));
-    k25k_moe_splits(D, I, ma, num_sms, &ns, &kb);
-    CUDA_CHECK(cudaMalloc(&w.part2, sizeof(float) * ns * (size_t)A * D));
+    CUDA_CHECK(cudaMalloc(&w.part2, sizeof(float) * k25k_moe_part_floats(D, I, A, num_sms)));
 }
 
 static void ws_free(moe_ws &w) { cudaFree(w.ints), cudaFree(w.part1), cudaFree(w.h), cudaFree(w.part2); }
@@ -122,16 +124,13 @@ static void ws_free(moe_ws &w) { cudaFree(w.ints), cudaFree(w.part1), cudaFree(w
 // One MoE step: idx [T][8] on the device.
 static void moe_step(const tp_setup &S, moe_ws &w, const int32_t *idx, const float *wts,
                      const float *x, int T, float *out, int num_sms, cudaStream_t s) {
-    int A = T * TOPK, ma = k25k_moe_max_items(T, TOPK, S.E), ns1, kb1, ns2, kb2;
-    k25k_moe_splits(2 * S.I, S.D, ma, num_sms, &ns1, &kb1);
-    k25k_moe_splits(S.D, S.I, ma, num_sms, &ns2, &kb2);
-    k25k_moe_sort(idx, T, TOPK, S.E, &w.r, s);
+    int A = T * TOPK;
+    k25k_moe_sort(idx, T, TOPK, S.E, S.I, S.D, num_sms, &w.r, s);
     k25k_moe_w4a16_gemm(S.gu_w, S.gu_s, S.E, 2 * S.I, S.D, 1, x, S.D, w.r.slot_token, &w.r, T,
-                        TOPK, ns1, kb1, w.part1, s);
-    k25k_moe_gate_up_reduce(w.part1, ns1, A, S.I, w.h, s);
-    k25k_moe_w4a16_gemm(S.dn_w, S.dn_s, S.E, S.D, S.I, 0, w.h, S.I, NULL, &w.r, T, TOPK, ns2, kb2,
-                        w.part2, s);
-    k25k_moe_combine(w.part2, ns2, A, S.D, w.r.slot_of, wts, T, TOPK, out, s);
+                        TOPK, num_sms, w.part1, w.h, s); // SiLU*up fused
+    k25k_moe_w4a16_gemm(S.dn_w, S.dn_s, S.E, S.D, S.I, 0, w.h, S.I, NULL, &w.r, T, TOPK, num_sms,
+                        w.part2, NULL, s);
+    k25k_moe_combine(w.part2, w.r.plan + 2, A, S.D, w.r.slot_of, wts, T, TOPK, out, s);
 }
 
 // Pipeline output for T tokens on experts 0..7 against the host reference (tokens 0, T-1).
@@ -211,18 +210,18 @@ int main(int argc, char **argv) {
     cudaStream_t s;
     int sms;
     const double copy_gbs = bench_start_single_gpu(argc, argv, &s, &sms);
-    printf("# W4A16: one MoE step = sort + gate/up GEMM + SiLU*up + down GEMM + combine over 8 "
+    printf("# W4A16: one MoE step = sort + gate/up GEMM (+ SiLU*up) + down GEMM + combine over 8 "
            "active experts of M tokens each; bytes = INT4 weights + bf16 scales of 8 experts\n");
     printf("# cuBLASLt: 16 BF16 GEMMs (gate+up [M x %d] x [%d x 2I], down [M x I] x [I x %d]) "
            "per step, bf16 activations given\n", HID, HID, HID);
     k25k_blas *blas = k25k_blas_create((size_t)32 << 20);
     int fails = 0;
     const int Ms_full[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
-    const int Ms_quick[] = {1, 4, 16, 64, 256};
+    const int Ms_quick[] = {1, 2, 4, 8, 16, 64};
     const int *Ms = quick ? Ms_quick : Ms_full;
-    const int nM = quick ? 5 : 9;
-    printf("\n| TP | M/expert | W4A16 step us | GB/s | %% of copy | gate+up GEMM us (%% copy) | down GEMM us (%% copy) | cuBLASLt us | BF16 GB/s | speedup |\n");
-    printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    const int nM = quick ? 6 : 9;
+    printf("\n| TP | M/expert | W4A16 step us | GB/s | %% of copy | gate+up GEMM us (%% copy) | down GEMM us (%% copy) | cuBLASLt us | BF16 GB/s | speedup | splits x k-blocks gate+up, down |\n");
+    printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
     const int tps[] = {8, 2, 1};
     for (int ti = 0; ti < 3; ti++) {
         if (bench_int(argc, argv, "--tp", tps[ti]) != tps[ti]) continue;
@@ -246,6 +245,7 @@ int main(int argc, char **argv) {
         k25k_f32_to_bf16(x, (size_t)Tmax * S.D, xb, s);
         if (!bench_flag(argc, argv, "--no-check")) {
             fails += !check(S, 1, x, sms, s);
+            fails += !check(S, 16, x, sms, s); // split plan of 8 items, two MMA n-tiles
             fails += !check(S, 37, x, sms, s);
         }
         float *out, *y1, *y2;
@@ -273,23 +273,22 @@ int main(int argc, char **argv) {
             double us = time_graph_us(s, R, iters, [&](int r) {
                 moe_step(S, w, di + (size_t)r * T * TOPK, dw, x, T, out, sms, s);
             });
-            // the two grouped GEMMs alone (routing of rep 0, the rotation still applies through
-            // the expert ids: every rep routes to other experts)
-            int ma = k25k_moe_max_items(T, TOPK, S.E), ns1, kb1, ns2, kb2;
-            k25k_moe_splits(2 * S.I, S.D, ma, sms, &ns1, &kb1);
-            k25k_moe_splits(S.D, S.I, ma, sms, &ns2, &kb2);
+            // the two grouped GEMMs alone (each rep sorted once beforehand; every rep routes to
+            // other experts, so the rotation still applies)
             std::vector<moe_ws> wss(R);
             for (int r = 0; r < R; r++) {
                 ws_alloc(wss[r], T, S.E, S.I, S.D, sms);
-                k25k_moe_sort(di + (size_t)r * T * TOPK, T, TOPK, S.E, &wss[r].r, s);
+                k25k_moe_sort(di + (size_t)r * T * TOPK, T, TOPK, S.E, S.I, S.D, sms, &wss[r].r, s);
             }
+            int plan[4];
+            CUDA_CHECK(cudaMemcpy(plan, wss[0].r.plan, sizeof plan, cudaMemcpyDeviceToHost));
             double us_g1 = time_graph_us(s, R, iters, [&](int r) {
                 k25k_moe_w4a16_gemm(S.gu_w, S.gu_s, S.E, 2 * S.I, S.D, 1, x, S.D, wss[r].r.slot_token,
-                                    &wss[r].r, T, TOPK, ns1, kb1, wss[r].part1, s);
+                                    &wss[r].r, T, TOPK, sms, wss[r].part1, wss[r].h, s);
             });
             double us_g2 = time_graph_us(s, R, iters, [&](int r) {
                 k25k_moe_w4a16_gemm(S.dn_w, S.dn_s, S.E, S.D, S.I, 0, wss[r].h, S.I, NULL, &wss[r].r, T,
-                                    TOPK, ns2, kb2, wss[r].part2, s);
+                                    TOPK, sms, wss[r].part2, NULL, s);
             });
             for (int r = 0; r < R; r++) ws_free(wss[r]);
             const int Rb = S.Eb / TOPK < 48 ? S.Eb / TOPK : 48;
@@ -304,9 +303,10 @@ int main(int argc, char **argv) {
             double bytes = TOPK * 3.0 * S.I * S.D * 0.5625, bytes_bf = TOPK * 3.0 * S.I * S.D * 2;
             double gbs = bytes / (us * 1e-6) / 1e9, gbs_lt = bytes_bf / (us_lt * 1e-6) / 1e9;
             double b1 = TOPK * 2.0 * S.I * S.D * 0.5625, b2 = TOPK * 1.0 * S.I * S.D * 0.5625;
-            printf("| %d | %d | %.1f | %.0f | %.0f%% | %.1f (%.0f%%) | %.1f (%.0f%%) | %.1f | %.0f | %.2fx |\n",
+            printf("| %d | %d | %.1f | %.0f | %.0f%% | %.1f (%.0f%%) | %.1f (%.0f%%) | %.1f | %.0f | %.2fx | %dx%d, %dx%d |\n",
                    S.tp, M, us, gbs, 100.0 * gbs / copy_gbs, us_g1, 100.0 * b1 / (us_g1 * 1e3) / copy_gbs,
-                   us_g2, 100.0 * b2 / (us_g2 * 1e3) / copy_gbs, us_lt, gbs_lt, us_lt / us);
+                   us_g2, 100.0 * b2 / (us_g2 * 1e3) / copy_gbs, us_lt, gbs_lt, us_lt / us, plan[0],
+                   plan[1], plan[2], plan[3]);
             fflush(stdout);
             bench_jsonl("{\"bench\":\"w4a16_moe\",\"tp\":%d,\"I\":%d,\"D\":%d,\"M\":%d,\"experts\":8,"
                         "\"us\":%.2f,\"gbs\":%.1f,\"pct_copy\":%.1f,\"gate_up_us\":%.2f,\"down_us\":%.2f,"
@@ -321,8 +321,8 @@ int main(int argc, char **argv) {
     }
     if (bench_flag(argc, argv, "--no-gemv")) goto done;
     {
-    // BF16 projections of a decode step (GEMV for T <= 2, cuBLASLt above), weights rotated
-    printf("\n# BF16 projections at Kimi-K2.5 TP1 shapes (GEMV for T <= 2, else cuBLASLt with split "
+    // BF16 projections of a decode step (GEMV for T <= 16, cuBLASLt above), weights rotated
+    printf("\n# BF16 projections at Kimi-K2.5 TP1 shapes (GEMV for T <= 16, else cuBLASLt with split "
            "activations); weights rotated through > 1 GB\n");
     printf("\n| projection | N x K | T | us | GB/s | %% of copy |\n|---|---:|---:|---:|---:|---:|\n");
     struct { const char *name; int N, K; } shapes[] = {

@@ -1,6 +1,7 @@
 // Routed experts on the GPU: device-side routing (a counting sort of the T*top_k choices into
-// per-expert slot lists), the grouped W4A16 GEMM over all active experts of a step in one
-// launch (gate+up, then down), the SiLU*up reduction and the weighted per-token combine.
+// per-expert slot lists and the split-K plans), the grouped W4A16 GEMM over all active experts
+// of a step in one launch (gate+up with its split reduction and SiLU*up fused, then down), the
+// separate SiLU*up reduction (BF16 experts) and the weighted per-token combine.
 //
 // Weight layout (repacked once at load, same bytes as the checkpoint: 0.5625 B/weight).
 // An expert matrix W [N][K] (N rows = outputs, K inputs) is cut into tiles of 32 rows x 32
@@ -21,10 +22,47 @@
 // dimension); accumulation is f32; each quantization group's partial product is scaled once.
 // Split-K partial sums go to a workspace part[split][slot][N] and are reduced in fixed order,
 // so results are deterministic (no float atomics).
+//
+// Split-K plan: the number of work items (and so of GEMM blocks without splits) is only known on
+// the device, after the routing sort, and it ranges from top_k (every token on the same experts)
+// to min(E, A) + A/32. The routing kernel therefore picks n_splits and kb_per_split of both GEMMs
+// from the actual item count (moe_plan) and stores them in r.plan; the GEMMs run a persistent
+// grid-stride loop over (item, row-block, split) units and the reductions read n_splits from
+// r.plan. A given routing always gives the same plan and the same fixed-order sums, so results
+// are deterministic; the same tokens routed differently may be summed in a different split
+// grouping (f32 rounding differences only).
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda_kernels.cuh"
+
+#define W4_NW 4          // warps per block, one 32-row tile each
+// r.item_p0 of an item: its first slot << W4_ITEM_BITS | its slot count (1..K25K_MOE_PASS)
+#define W4_ITEM_BITS 6
+static_assert(K25K_MOE_PASS < (1 << W4_ITEM_BITS), "an item's slot count fits its bits");
+
+// Blocks of the grouped GEMM resident at once for steps of T rows (the persistent grid).
+static int w4_resident(int T, int num_sms);
+
+// Split-K plan of an N x K GEMM over `items` work items: at most `target` (item, row-block,
+// split) units (the resident blocks, one unit each: rounding the split count up instead would
+// give some blocks two units, a longer critical path), at least 2 k-blocks per split, no empty
+// split. The split count does not grow with items, nor shrink with target, which bounds the
+// workspace by the fewest items a step can have and the largest target.
+__host__ __device__ static inline void moe_plan(int N, int K, int items, int target,
+                                                int *n_splits, int *kb_per_split) {
+    const int KB = K / 32 > 0 ? K / 32 : 1;
+    const int rbs = (N / 32 + W4_NW - 1) / W4_NW > 0 ? (N / 32 + W4_NW - 1) / W4_NW : 1;
+    const long long base = (long long)rbs * (items > 0 ? items : 1);
+    const long long want = target > 0 ? target : 1;
+    int ns = base >= want ? 1 : (int)(want / base);
+    const int cap = KB / 2 > 0 ? KB / 2 : 1; // keep >= 2 k-blocks per split
+    if (ns > cap) ns = cap;
+    const int per = (KB + ns - 1) / ns;
+    ns = (KB + per - 1) / per;           // every split writes its partials
+    *n_splits = ns;
+    *kb_per_split = (KB + ns - 1) / ns; // <= per, with the same split count (the GEMM's formula)
+}
 
 // ------------------------------------------------------------------------------------------
 // Routing: counting sort of the choices by expert
@@ -35,8 +73,12 @@
 // choice a = t*top_k + k its slot (position in the expert-sorted list) and the slot's token.
 // The order of slots inside an expert depends on atomics, which is harmless: every slot's
 // result depends only on its own token and expert.
+// Last, thread 0 writes the split plans of both GEMMs for the step's item count (at least
+// ceil(A / K25K_MOE_PASS), the bound the workspaces are sized for, even when invalid expert ids
+// drop choices).
 __global__ void __launch_bounds__(1024) moe_route_kernel(const int32_t *__restrict__ idx, int A,
-                                                         int top_k, int E, k25k_moe_route r) {
+                                                         int top_k, int E, int I, int D,
+                                                         int target, k25k_moe_route r) {
     extern __shared__ int sm[];
     int *cnt = sm, *fill = sm + E;
     __shared__ int tot[32];
@@ -67,7 +109,8 @@ __global__ void __launch_bounds__(1024) moe_route_kernel(const int32_t *__restri
             if (f) r.active[run_active + iff - 1] = e;
             for (int p = 0, it = run_items + ip - np; p < np; p++, it++) {
                 r.item_expert[it] = e;
-                r.item_p0[it] = p * K25K_MOE_PASS;
+                const int n = min(K25K_MOE_PASS, v - p * K25K_MOE_PASS);
+                r.item_p0[it] = ((off + p * K25K_MOE_PASS) << W4_ITEM_BITS) | n;
             }
         }
         __syncthreads();
@@ -82,6 +125,10 @@ __global__ void __launch_bounds__(1024) moe_route_kernel(const int32_t *__restri
         r.offsets[E] = run_slots;
         *r.n_active = run_active;
         *r.n_items = run_items;
+        const int lo = (A + K25K_MOE_PASS - 1) / K25K_MOE_PASS;
+        const int items = run_items > lo ? run_items : lo;
+        moe_plan(2 * I, D, items, target, &r.plan[0], &r.plan[1]);
+        moe_plan(D, I, items, target, &r.plan[2], &r.plan[3]);
     }
     __syncthreads();
     for (int a = threadIdx.x; a < A; a += blockDim.x) {
@@ -96,13 +143,15 @@ __global__ void __launch_bounds__(1024) moe_route_kernel(const int32_t *__restri
     }
 }
 
-void k25k_moe_sort(const int32_t *idx, int T, int top_k, int E, const k25k_moe_route *r,
-                    cudaStream_t s) {
+void k25k_moe_sort(const int32_t *idx, int T, int top_k, int E, int I, int D, int num_sms,
+                   const k25k_moe_route *r, cudaStream_t s) {
     int A = T * top_k;
     if (A <= 0) return;
     size_t smem = sizeof(int) * 2 * (size_t)E;
     if (smem > 48 * 1024) K25_DIE("moe routing: %d experts exceed the shared-memory sort", E);
-    moe_route_kernel<<<1, 1024, smem, s>>>(idx, A, top_k, E, *r);
+    if (A >= (1 << (31 - W4_ITEM_BITS)))
+        K25_DIE("moe routing: %d choices exceed the work item encoding", A);
+    moe_route_kernel<<<1, 1024, smem, s>>>(idx, A, top_k, E, I, D, w4_resident(T, num_sms), *r);
     K25_LAUNCH_CHECK(s, "moe_route");
 }
 
@@ -191,11 +240,12 @@ void k25k_w4_repack(const uint32_t *wa, const uint32_t *wb, const uint16_t *sa,
 // Grouped W4A16 GEMM (tensor cores)
 // ------------------------------------------------------------------------------------------
 
-#define W4_NW 4          // warps per block, one 32-row tile each
 #define W4_MP K25K_MOE_PASS // tokens per work item (at most 4 MMA n-tiles)
-#define W4_KCB 8         // k-blocks (of 32) staged in shared memory at a time
+// k-blocks (of 32) of activations staged in shared memory at a time (a larger chunk staged
+// once per small-M unit cost 16 more registers per thread: 3 blocks per SM instead of 4)
+#define W4_KCB 8
 #define W4_XS (W4_KCB * 16 + 4) // words per staged row: bf16 pairs + 16 bytes of padding
-#define W4_PF 8          // weight loads in flight per lane
+#define W4_PF 8                 // weight loads in flight per lane (= W4_KCB)
 
 __device__ __forceinline__ void mma_bf16_16816(float d[4], const uint32_t a[4], uint32_t b0,
                                                uint32_t b1, const float c[4]) {
@@ -223,37 +273,129 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
     return (uint32_t)k25_f2bf(lo) | ((uint32_t)k25_f2bf(hi) << 16);
 }
 
-// Grid: x = row-blocks (W4_NW tiles each) x n_splits, y = the most work items a step can have
-// (an item: one expert and up to W4_MP of its slots; blocks past the device-side count exit at
-// once). Each block streams its tiles' weights over its K range once.
+// silu(sum gate) * (sum up) of one (slot, i) over the n_splits partials at p (gate) and p + I
+// (up), split stride `stride` floats: fixed order (8 independent accumulators, then a tree).
+// L2 loads: the partials may come from other blocks of the same kernel (the fused reduction).
+__device__ __forceinline__ float gate_up_sum(const float *p, size_t stride, int n_splits, int I) {
+    float g8[8] = {0, 0, 0, 0, 0, 0, 0, 0}, u8[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int ks = 0;
+    for (; ks + 8 <= n_splits; ks += 8) {
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            g8[u] += __ldcg(p + (ks + u) * stride);
+            u8[u] += __ldcg(p + (ks + u) * stride + I);
+        }
+    }
+    for (; ks < n_splits; ks++) g8[0] += __ldcg(p + ks * stride), u8[0] += __ldcg(p + ks * stride + I);
+    float gs = ((g8[0] + g8[1]) + (g8[2] + g8[3])) + ((g8[4] + g8[5]) + (g8[6] + g8[7]));
+    float us = ((u8[0] + u8[1]) + (u8[2] + u8[3])) + ((u8[4] + u8[5]) + (u8[6] + u8[7]));
+    return gs / (1.0f + expf(-gs)) * us;
+}
+
+// The fused reduction of one finished (item, row-block): h for intermediate columns
+// [rb * 16 W4_NW, +16 W4_NW) of the item's mp slots from slot0, the same sums as gate_up_sum,
+// with W4_TV outputs per thread at a time so that their loads are in flight together (the
+// partials sit in L2; one output at a time would be a chain of L2 round trips at M = 16).
+#define W4_TV 2
+__device__ __forceinline__ void gate_up_tail(const float *__restrict__ part,
+                                             float *__restrict__ h, size_t slot0, int mp, int rb,
+                                             int I, int A, int n_splits) {
+    const int cols = W4_NW * 16, N = 2 * I, n_out = mp * cols;
+    const size_t stride = (size_t)A * N;
+    for (int o0 = 0; o0 < n_out; o0 += W4_TV * blockDim.x) {
+        float g8[W4_TV][8], u8[W4_TV][8];
+        const float *p[W4_TV];
+        bool ok[W4_TV];
+#pragma unroll
+        for (int v = 0; v < W4_TV; v++) {
+            const int id = o0 + v * blockDim.x + threadIdx.x;
+            const int m = id / cols, i = rb * cols + (id - m * cols);
+            ok[v] = id < n_out && i < I;
+            p[v] = part + (slot0 + m) * N + i;
+#pragma unroll
+            for (int u = 0; u < 8; u++) g8[v][u] = 0.0f, u8[v][u] = 0.0f;
+        }
+        int ks = 0;
+        for (; ks + 8 <= n_splits; ks += 8) {
+#pragma unroll
+            for (int v = 0; v < W4_TV; v++)
+                if (ok[v]) {
+#pragma unroll
+                    for (int u = 0; u < 8; u++) {
+                        g8[v][u] += __ldcg(p[v] + (ks + u) * stride);
+                        u8[v][u] += __ldcg(p[v] + (ks + u) * stride + I);
+                    }
+                }
+        }
+        for (; ks < n_splits; ks++)
+#pragma unroll
+            for (int v = 0; v < W4_TV; v++)
+                if (ok[v]) {
+                    g8[v][0] += __ldcg(p[v] + ks * stride);
+                    u8[v][0] += __ldcg(p[v] + ks * stride + I);
+                }
+#pragma unroll
+        for (int v = 0; v < W4_TV; v++) {
+            if (!ok[v]) continue;
+            const float gs = ((g8[v][0] + g8[v][1]) + (g8[v][2] + g8[v][3])) +
+                             ((g8[v][4] + g8[v][5]) + (g8[v][6] + g8[v][7]));
+            const float us = ((u8[v][0] + u8[v][1]) + (u8[v][2] + u8[v][3])) +
+                             ((u8[v][4] + u8[v][5]) + (u8[v][6] + u8[v][7]));
+            const int id = o0 + v * blockDim.x + threadIdx.x;
+            const int m = id / cols, i = rb * cols + (id - m * cols);
+            h[(slot0 + m) * I + i] = gs / (1.0f + expf(-gs)) * us;
+        }
+    }
+}
+
+// Persistent grid: block b takes units b, b + gridDim.x, ... of the n_items x row-blocks x
+// n_splits units of the step (plan r.plan[pl], r.plan[pl + 1] from the routing kernel; an item
+// is one expert and up to W4_MP of its slots, a row-block W4_NW tiles of 32 rows, a split
+// kb_per_split k-blocks). Consecutive units are the splits of one row-block, so neighbouring
+// blocks stream neighbouring weights. Each unit streams its tiles' weights over its K range once.
 //   X: activation rows [*][x_ld] f32; row of slot j is row_index[j] (gate_up: the slot's token)
 //      or j itself (down: the slot's intermediate row).
 //   part: [n_splits][A][N] f32 (gate_up: gate at [0, I), up at [I, 2I)).
+//   h: gate_up only, optional: h[A][I] = silu(gate) * up, written by the last of the n_splits
+//      units of each (item, row-block) to finish (counted in r.tile_done, which that unit resets
+//      to 0), summed in fixed split order, so the result does not depend on which unit is last.
 // NTT: MMA n-tiles of 8 tokens kept in registers (1 when no expert can have more than 8 slots).
 // split: activations as two bf16 operands, hi = bf16(x) and lo = bf16(x - hi), each multiplied
 // by the exact INT4 weights (twice the MMAs, about f32 accuracy); otherwise hi only.
+// Registers: at most 128 for NTT <= 2 (4 blocks per SM, no spills), 166 for NTT = 4 (3 per SM).
 template <int NTT>
-__global__ void __launch_bounds__(W4_NW * 32) w4a16_grouped_kernel(
+__global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_kernel(
     const uint4 *__restrict__ Wt, const uint2 *__restrict__ St, size_t w_stride, size_t s_stride,
     int N, int K, int gate_up, const float *__restrict__ X, int x_ld,
-    const int *__restrict__ row_index, k25k_moe_route r, int n_splits, int kb_per_split,
-    float *__restrict__ part, int A, int split) {
-    __shared__ uint32_t xs[NTT * 8 * W4_XS];
-    __shared__ uint32_t xl[NTT * 8 * W4_XS];
-    const int item = blockIdx.y;
-    if (item >= *r.n_items) return;
-    const int e = r.item_expert[item], p0 = r.item_p0[item];
-    const int M = r.counts[e], m0 = r.offsets[e];
-    const int mp = min(NTT * 8, M - p0);
+    const int *__restrict__ row_index, k25k_moe_route r, int pl, float *__restrict__ part, int A,
+    int split, float *__restrict__ h) {
+    constexpr int KCB = W4_KCB, XS = W4_XS;
+    static_assert(KCB == W4_PF, "one weight load per lane in flight for each staged k-block");
+    __shared__ uint32_t xs[NTT * 8 * XS];
+    __shared__ uint32_t xl[NTT * 8 * XS];
+    __shared__ int last_split;
+    // kb_per_split = ceil(KB / n_splits) (moe_plan), computed: a second plan load was issued
+    // after the early exit and waited for before the item loads (one more dependent load)
+    const int n_splits = r.plan[pl];
     const int NT = N / 32, KB = K / 32;
-    const int rb = blockIdx.x / n_splits, ks = blockIdx.x % n_splits;
+    const int kb_per_split = (KB + n_splits - 1) / n_splits;
+    const int rbs = (NT + W4_NW - 1) / W4_NW;
+    const int n_units = *r.n_items * rbs * n_splits;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    const int I = N / 2;
+
+    for (int unit = blockIdx.x; unit < n_units; unit += gridDim.x) {
+    const int item = unit / (rbs * n_splits), rem = unit - item * (rbs * n_splits);
+    const int rb = rem / n_splits, ks = rem - rb * n_splits;
+    // the item's slots come with it (not from counts/offsets of its expert, one more dependent
+    // load before the first weight load)
+    const int e = r.item_expert[item], enc = r.item_p0[item];
+    const int slot0 = enc >> W4_ITEM_BITS, mp = min(NTT * 8, enc & ((1 << W4_ITEM_BITS) - 1));
     const int nt = rb * W4_NW + warp;
     const int kb0 = ks * kb_per_split;
     const int kb1 = min(KB, kb0 + kb_per_split);
     const uint4 *wt = Wt + (size_t)e * w_stride + (size_t)nt * KB * 32 + lane;
     const uint2 *st = St + (size_t)e * s_stride + (size_t)nt * KB * 8 + g;
-    const int I = N / 2;
 
     float acc[NTT][2][4];
 #pragma unroll
@@ -263,10 +405,16 @@ __global__ void __launch_bounds__(W4_NW * 32) w4a16_grouped_kernel(
 #pragma unroll
             for (int q = 0; q < 4; q++) acc[j][s2][q] = 0.0f;
 
-    for (int kc0 = kb0; kc0 < kb1; kc0 += W4_KCB) {
-        const int nk = min(kb1 - kc0, W4_KCB);
+    // kb0 < kb1 (moe_plan makes no empty split): no loop guard, which let the expert id's load
+    // sink past the guard, behind the wait for the item's slots (one more dependent load)
+    int kc0 = kb0;
+    do {
+        const int nk = min(kb1 - kc0, KCB);
         const int pairs = nk * 16;
-        // the first weight loads go out before the activations are staged (independent)
+        // The chunk's weight loads go out first, so their latency overlaps the staging of its
+        // activations. They are not refilled while the chunk is consumed: all weight loads share
+        // one scoreboard, and a refill still in flight made the next k-block wait for it (the
+        // compiler waits for all of them), i.e. one memory latency per chunk on top of the staging.
         uint4 wbuf[W4_PF];
         uint2 sbuf[W4_PF];
         if (nt < NT) {
@@ -277,70 +425,64 @@ __global__ void __launch_bounds__(W4_NW * 32) w4a16_grouped_kernel(
                     sbuf[u] = __ldcs(st + (size_t)(kc0 + u) * 8);
                 }
         }
-        __syncthreads(); // the previous chunk's readers are done with xs
+        __syncthreads(); // the previous chunk's (or unit's) readers are done with xs
         for (int id = threadIdx.x; id < mp * pairs; id += blockDim.x) {
             int m = id / pairs, cp = id - m * pairs;
-            int slot = m0 + p0 + m;
+            int slot = slot0 + m;
             int row = row_index ? row_index[slot] : slot;
             float2 v = *reinterpret_cast<const float2 *>(X + (size_t)row * x_ld +
                                                          (size_t)kc0 * 32 + 2 * cp);
             uint32_t hi = pack_bf16x2(v.x, v.y);
-            xs[m * W4_XS + cp] = hi;
-            if (split) xl[m * W4_XS + cp] = pack_bf16x2(v.x - k25_bf16_lo(hi), v.y - k25_bf16_hi(hi));
+            xs[m * XS + cp] = hi;
+            if (split) xl[m * XS + cp] = pack_bf16x2(v.x - k25_bf16_lo(hi), v.y - k25_bf16_hi(hi));
         }
         __syncthreads();
         if (nt < NT) {
-            for (int kb = 0; kb < nk; kb += W4_PF) {
 #pragma unroll
-                for (int u = 0; u < W4_PF; u++) {
-                    if (kb + u < nk) {
-                        const uint4 w = wbuf[u];
-                        const uint2 sc = sbuf[u];
-                        if (kb + u + W4_PF < nk) {
-                            wbuf[u] = __ldcs(wt + (size_t)(kc0 + kb + u + W4_PF) * 32);
-                            sbuf[u] = __ldcs(st + (size_t)(kc0 + kb + u + W4_PF) * 8);
-                        }
-                        uint32_t a[2][2][4];
-                        dequant_word(w.x, a[0][0]);
-                        dequant_word(w.y, a[0][1]);
-                        dequant_word(w.z, a[1][0]);
-                        dequant_word(w.w, a[1][1]);
-                        const float sv[4] = {k25_bf16_lo(sc.x), k25_bf16_hi(sc.x),
-                                             k25_bf16_lo(sc.y), k25_bf16_hi(sc.y)};
-                        const int pl = (kb + u) * 16; // pair offset of this k-block in xs
+            for (int u = 0; u < W4_PF; u++) {
+                if (u < nk) {
+                    const uint4 w = wbuf[u];
+                    const uint2 sc = sbuf[u];
+                    uint32_t a[2][2][4];
+                    dequant_word(w.x, a[0][0]);
+                    dequant_word(w.y, a[0][1]);
+                    dequant_word(w.z, a[1][0]);
+                    dequant_word(w.w, a[1][1]);
+                    const float sv[4] = {k25_bf16_lo(sc.x), k25_bf16_hi(sc.x),
+                                         k25_bf16_lo(sc.y), k25_bf16_hi(sc.y)};
+                    const int pl2 = u * 16; // pair offset of this k-block in xs
 #pragma unroll
-                        for (int j = 0; j < NTT; j++) {
-                            if (j * 8 < mp) {
-                                const uint32_t *xr = xs + (j * 8 + g) * W4_XS + pl + c;
-                                const uint32_t b00 = xr[0], b01 = xr[4];
-                                const uint32_t b10 = xr[8], b11 = xr[12];
-                                uint32_t l00 = 0, l01 = 0, l10 = 0, l11 = 0;
+                    for (int j = 0; j < NTT; j++) {
+                        if (j * 8 < mp) {
+                            const uint32_t *xr = xs + (j * 8 + g) * XS + pl2 + c;
+                            const uint32_t b00 = xr[0], b01 = xr[4];
+                            const uint32_t b10 = xr[8], b11 = xr[12];
+                            uint32_t l00 = 0, l01 = 0, l10 = 0, l11 = 0;
+                            if (split) {
+                                const uint32_t *lr = xl + (j * 8 + g) * XS + pl2 + c;
+                                l00 = lr[0], l01 = lr[4], l10 = lr[8], l11 = lr[12];
+                            }
+#pragma unroll
+                            for (int s2 = 0; s2 < 2; s2++) {
+                                const float z[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                                float tmp[4];
+                                mma_bf16_16816(tmp, a[s2][0], b00, b01, z);
+                                mma_bf16_16816(tmp, a[s2][1], b10, b11, tmp);
                                 if (split) {
-                                    const uint32_t *lr = xl + (j * 8 + g) * W4_XS + pl + c;
-                                    l00 = lr[0], l01 = lr[4], l10 = lr[8], l11 = lr[12];
+                                    mma_bf16_16816(tmp, a[s2][0], l00, l01, tmp);
+                                    mma_bf16_16816(tmp, a[s2][1], l10, l11, tmp);
                                 }
-#pragma unroll
-                                for (int s2 = 0; s2 < 2; s2++) {
-                                    const float z[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                                    float tmp[4];
-                                    mma_bf16_16816(tmp, a[s2][0], b00, b01, z);
-                                    mma_bf16_16816(tmp, a[s2][1], b10, b11, tmp);
-                                    if (split) {
-                                        mma_bf16_16816(tmp, a[s2][0], l00, l01, tmp);
-                                        mma_bf16_16816(tmp, a[s2][1], l10, l11, tmp);
-                                    }
-                                    acc[j][s2][0] += tmp[0] * sv[2 * s2];
-                                    acc[j][s2][1] += tmp[1] * sv[2 * s2];
-                                    acc[j][s2][2] += tmp[2] * sv[2 * s2 + 1];
-                                    acc[j][s2][3] += tmp[3] * sv[2 * s2 + 1];
-                                }
+                                acc[j][s2][0] += tmp[0] * sv[2 * s2];
+                                acc[j][s2][1] += tmp[1] * sv[2 * s2];
+                                acc[j][s2][2] += tmp[2] * sv[2 * s2 + 1];
+                                acc[j][s2][3] += tmp[3] * sv[2 * s2 + 1];
                             }
                         }
                     }
                 }
             }
         }
-    }
+    } while ((kc0 += KCB) < kb1);
     if (nt < NT) {
 #pragma unroll
         for (int j = 0; j < NTT; j++)
@@ -353,24 +495,36 @@ __global__ void __launch_bounds__(W4_NW * 32) w4a16_grouped_kernel(
                     int rl = g + (q >= 2 ? 8 : 0); // row within the 16-row half
                     int n = gate_up ? (s2 == 0 ? nt * 16 + rl : I + nt * 16 + rl)
                                     : nt * 32 + s2 * 16 + rl;
-                    part[((size_t)ks * A + m0 + p0 + tok) * N + n] = acc[j][s2][q];
+                    part[((size_t)ks * A + slot0 + tok) * N + n] = acc[j][s2][q];
                 }
     }
+    if (h) { // block-uniform
+        if (n_splits > 1) {
+            // One thread orders the whole block's partial stores (made before the barrier)
+            // before the count (release) and the other splits' partials before the block's
+            // reads (acquire), as a grid-wide barrier does: an acq_rel fence in one thread, not
+            // a sequentially consistent fence (MEMBAR.SC) in every warp.
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                int *cnt = r.tile_done + (size_t)item * rbs + rb;
+                asm volatile("fence.acq_rel.gpu;" ::: "memory");
+                const int last = atomicAdd(cnt, 1) == n_splits - 1;
+                if (last) {
+                    *cnt = 0; // every split has counted: ready for the next call
+                    asm volatile("fence.acq_rel.gpu;" ::: "memory");
+                }
+                last_split = last;
+            }
+            __syncthreads();
+            if (!last_split) continue;
+        } else {
+            __syncthreads(); // this block's partials are visible to all its threads
+        }
+        gate_up_tail(part, h, (size_t)slot0, mp, rb, I, A, n_splits);
+    }
+    } // units
 }
 
-void k25k_moe_splits(int N, int K, int max_active, int num_sms, int *n_splits,
-                     int *kb_per_split) {
-    int KB = K / 32;
-    int rbs = (int)k25_cdiv(N / 32, W4_NW);
-    int64_t base = (int64_t)rbs * (max_active > 0 ? max_active : 1);
-    int64_t want = (int64_t)4 * num_sms;
-    int ns = (int)(base >= want ? 1 : k25_cdiv(want, base));
-    if (ns > KB / 2) ns = KB / 2 > 0 ? KB / 2 : 1; // keep >= 2 k-blocks per split
-    if (ns < 1) ns = 1;
-    int per = (int)k25_cdiv(KB, ns);
-    *kb_per_split = per;
-    *n_splits = (int)k25_cdiv(KB, per); // no empty split: every split writes its partials
-}
 
 int k25k_split_activations(void) {
     static int v = -1;
@@ -381,37 +535,82 @@ int k25k_split_activations(void) {
     return v;
 }
 
+int k25k_moe_row_blocks(int N) { return (int)k25_cdiv(N / 32, W4_NW); }
+
 int k25k_moe_max_items(int T, int top_k, int E) {
     int A = T * top_k;
     return (A < E ? A : E) + (int)k25_cdiv(A, K25K_MOE_PASS);
 }
 
+// Resident blocks per SM of one instantiation (the persistent grid's size), asked once.
+template <int NTT> static int w4_blocks_per_sm(void) {
+    static int v = 0;
+    if (!v) {
+        int b = 0;
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, w4a16_grouped_kernel<NTT>,
+                                                                 W4_NW * 32, 0));
+        v = b > 0 ? b : 1;
+    }
+    return v;
+}
+
+// The instantiation follows T: an expert holds at most T slots (a token chooses it once).
+static int w4_resident(int T, int num_sms) {
+    const int b = T <= 8 ? w4_blocks_per_sm<1>() : T <= 16 ? w4_blocks_per_sm<2>()
+                                                           : w4_blocks_per_sm<4>();
+    return b * (num_sms > 0 ? num_sms : 1);
+}
+
+size_t k25k_moe_part_floats(int N, int K, int A, int num_sms) {
+    if (A <= 0) return 0;
+    // the plan is largest for the fewest items (at least ceil(A / PASS), moe_route_kernel) and
+    // the largest target (any T)
+    int target = w4_resident(1, num_sms), t2 = w4_resident(16, num_sms),
+        t4 = w4_resident(17, num_sms);
+    if (t2 > target) target = t2;
+    if (t4 > target) target = t4;
+    int ns, kb;
+    moe_plan(N, K, (int)k25_cdiv(A, K25K_MOE_PASS), target, &ns, &kb);
+    return (size_t)ns * A * N;
+}
+
+template <int NTT>
+static void w4_launch(const uint4 *w4, const uint2 *s2, size_t w_stride, size_t s_stride, int N,
+                      int K, int gate_up, const float *X, int x_ld, const int *row_index,
+                      const k25k_moe_route *r, int A, int max_units, int num_sms, int split,
+                      float *part, float *h, cudaStream_t s) {
+    int64_t grid = (int64_t)w4_blocks_per_sm<NTT>() * (num_sms > 0 ? num_sms : 1); // w4_resident
+    if (grid > max_units) grid = max_units;
+    if (grid < 1) grid = 1;
+    w4a16_grouped_kernel<NTT><<<(unsigned)grid, W4_NW * 32, 0, s>>>(
+        w4, s2, w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, *r, gate_up ? 0 : 2, part,
+        A, split, gate_up ? h : NULL);
+}
+
 void k25k_moe_w4a16_gemm(const uint32_t *Wt, const uint16_t *St, int E, int N, int K,
                          int gate_up, const float *X, int x_ld, const int *row_index,
-                         const k25k_moe_route *r, int T, int top_k, int n_splits,
-                         int kb_per_split, float *part, cudaStream_t s) {
+                         const k25k_moe_route *r, int T, int top_k, int num_sms, float *part,
+                         float *h, cudaStream_t s) {
     const int A = T * top_k;
     if (A <= 0) return;
     size_t w_stride = (size_t)(N / 32) * (K / 32) * 32; // uint4 per expert
     size_t s_stride = (size_t)(N / 32) * (K / 32) * 8;  // uint2 per expert
-    int rbs = (int)k25_cdiv(N / 32, W4_NW);
-    dim3 grid((unsigned)(rbs * n_splits), (unsigned)k25k_moe_max_items(T, top_k, E));
+    const int64_t rbs = k25_cdiv(N / 32, W4_NW);
+    // units = items x rbs x n_splits <= target + items x rbs (moe_plan): no more blocks
+    int64_t mu = (int64_t)w4_resident(T, num_sms) + rbs * k25k_moe_max_items(T, top_k, E);
+    const int max_units = (int)(mu < (1 << 30) ? mu : (1 << 30));
     const int split = k25k_split_activations();
     const uint4 *w4 = reinterpret_cast<const uint4 *>(Wt);
     const uint2 *s2 = reinterpret_cast<const uint2 *>(St);
-    // an expert holds at most T slots (a token chooses an expert once)
-    if (T <= 8)
-        w4a16_grouped_kernel<1><<<grid, W4_NW * 32, 0, s>>>(w4, s2, w_stride, s_stride, N, K,
-                                                            gate_up, X, x_ld, row_index, *r,
-                                                            n_splits, kb_per_split, part, A, split);
+    if (T <= 8) // as in w4_resident
+        w4_launch<1>(w4, s2, w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, r, A,
+                     max_units, num_sms, split, part, h, s);
     else if (T <= 16)
-        w4a16_grouped_kernel<2><<<grid, W4_NW * 32, 0, s>>>(w4, s2, w_stride, s_stride, N, K,
-                                                            gate_up, X, x_ld, row_index, *r,
-                                                            n_splits, kb_per_split, part, A, split);
+        w4_launch<2>(w4, s2, w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, r, A,
+                     max_units, num_sms, split, part, h, s);
     else
-        w4a16_grouped_kernel<4><<<grid, W4_NW * 32, 0, s>>>(w4, s2, w_stride, s_stride, N, K,
-                                                            gate_up, X, x_ld, row_index, *r,
-                                                            n_splits, kb_per_split, part, A, split);
+        w4_launch<4>(w4, s2, w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, r, A,
+                     max_units, num_sms, split, part, h, s);
     K25_LAUNCH_CHECK(s, "w4a16_grouped");
 }
 
@@ -461,34 +660,24 @@ void k25k_moe_bf16_gemm(const uint16_t *const *Wa, const uint16_t *const *Wb, in
 
 // Loads of the split partials are issued together (independent accumulators per group of 8
 // splits), then summed in a fixed order.
-__global__ void moe_gate_up_reduce_kernel(const float *__restrict__ part, int n_splits, int A,
-                                          int I, float *__restrict__ h) {
+__global__ void moe_gate_up_reduce_kernel(const float *__restrict__ part,
+                                          const int *__restrict__ n_splits_dev, int A, int I,
+                                          float *__restrict__ h) {
+    const int n_splits = n_splits_dev ? *n_splits_dev : 1;
     size_t n = (size_t)A * I;
     for (size_t id = blockIdx.x * (size_t)blockDim.x + threadIdx.x; id < n;
          id += (size_t)gridDim.x * blockDim.x) {
         size_t slot = id / I, i = id % I;
-        const float *p = part + slot * 2 * I + i;
-        const size_t stride = (size_t)A * 2 * I;
-        float g8[8] = {0, 0, 0, 0, 0, 0, 0, 0}, u8[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        int ks = 0;
-        for (; ks + 8 <= n_splits; ks += 8) {
-#pragma unroll
-            for (int u = 0; u < 8; u++) {
-                g8[u] += p[(ks + u) * stride];
-                u8[u] += p[(ks + u) * stride + I];
-            }
-        }
-        for (; ks < n_splits; ks++) g8[0] += p[ks * stride], u8[0] += p[ks * stride + I];
-        float gs = ((g8[0] + g8[1]) + (g8[2] + g8[3])) + ((g8[4] + g8[5]) + (g8[6] + g8[7]));
-        float us = ((u8[0] + u8[1]) + (u8[2] + u8[3])) + ((u8[4] + u8[5]) + (u8[6] + u8[7]));
-        h[id] = gs / (1.0f + expf(-gs)) * us;
+        h[id] = gate_up_sum(part + slot * 2 * I + i, (size_t)A * 2 * I, n_splits, I);
     }
 }
 
 // One thread per output element; the top_k x n_splits partials it needs are loaded first.
-__global__ void moe_combine_kernel(const float *__restrict__ part, int n_splits, int A, int D,
+__global__ void moe_combine_kernel(const float *__restrict__ part,
+                                   const int *__restrict__ n_splits_dev, int A, int D,
                                    const int *__restrict__ slot_of, const float *__restrict__ wts,
                                    int T, int top_k, float *__restrict__ out) {
+    const int n_splits = n_splits_dev ? *n_splits_dev : 1;
     size_t n = (size_t)T * D;
     for (size_t id = blockIdx.x * (size_t)blockDim.x + threadIdx.x; id < n;
          id += (size_t)gridDim.x * blockDim.x) {
@@ -522,14 +711,14 @@ static int grid_1d(size_t n) { // 128-thread blocks: small reductions spread ove
     return (int)(b > 32768 ? 32768 : (b ? b : 1));
 }
 
-void k25k_moe_gate_up_reduce(const float *part, int n_splits, int A, int I, float *h,
+void k25k_moe_gate_up_reduce(const float *part, const int *n_splits, int A, int I, float *h,
                              cudaStream_t s) {
     if (A <= 0) return;
     moe_gate_up_reduce_kernel<<<grid_1d((size_t)A * I), 128, 0, s>>>(part, n_splits, A, I, h);
     K25_LAUNCH_CHECK(s, "moe_gate_up_reduce");
 }
 
-void k25k_moe_combine(const float *part, int n_splits, int A, int D, const int *slot_of,
+void k25k_moe_combine(const float *part, const int *n_splits, int A, int D, const int *slot_of,
                       const float *wts, int T, int top_k, float *out, cudaStream_t s) {
     if (T <= 0) return;
     moe_combine_kernel<<<grid_1d((size_t)T * D), 128, 0, s>>>(part, n_splits, A, D, slot_of, wts,
