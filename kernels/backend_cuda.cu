@@ -2,7 +2,10 @@
 // tensor-parallel sums, weights uploaded once (routed experts repacked for the W4A16 kernel),
 // the paged bf16 latent cache, and CUDA graphs of the whole step per batch size.
 //
-// One stream carries everything, so ops are ordered without events. Per-step inputs (tokens,
+// One stream carries everything, so ops are ordered without events, except a fork's side branch
+// (the shared expert beside the routed experts): a second stream that waits for an event of the
+// main one and is joined by another event (inside a capture the two events fork and join the
+// graph). K25_NO_OVERLAP=1 runs the branch on the main stream. Per-step inputs (tokens,
 // positions, sequence slots, block tables) live in device buffers that set_batch fills; the
 // kernels read them there, so a captured step replays correctly with new inputs. Workspaces
 // are sized in set_batch for the step's row count, never inside a capture; when one grows,
@@ -58,7 +61,10 @@ typedef struct alloc_rec {
 
 typedef struct cuda_impl {
     int device, num_sms;
-    cudaStream_t stream;
+    cudaStream_t stream;         // where ops go: the main stream, or the side one inside a fork
+    cudaStream_t main_stream, side_stream;
+    cudaEvent_t ev_fork, ev_join;
+    int no_overlap, joined;      // joined: no side branch is waiting for join
     k25k_blas *blas;
     ncclComm_t nccl;
     int tp, tp_rank;
@@ -214,6 +220,7 @@ static void cuda_to_host(k25_backend *be, void *dst, const void *src, size_t byt
 static void cuda_sync(k25_backend *be) {
     cuda_impl *c = impl_of(be);
     no_capture(c, "sync");
+    if (c->stream != c->side_stream) CUDA_CHECK(cudaStreamSynchronize(c->side_stream));
     check_errors(c);
 }
 
@@ -437,7 +444,7 @@ static void ensure_workspaces(cuda_impl *c, const k25_config *cfg, int rows) {
     no_capture(c, "workspace growth");
     drop_graphs(c);
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
-    const int tp = c->tp;
+    const int tp = c->w ? c->w->tp_size : c->tp; // the weights' split (run.sim_tp included)
     const int H = cfg->n_heads / tp, L = cfg->kv_lora_rank, E = cfg->n_experts;
     const int D = cfg->hidden, I = cfg->moe_inter / tp, top_k = cfg->top_k;
     int R = rows;
@@ -465,7 +472,8 @@ static void ensure_workspaces(cuda_impl *c, const k25_config *cfg, int rows) {
         const int A = R * top_k;
         dev_free(c, c->ws_route);
         const int MI = k25k_moe_max_items(R, top_k, E);
-        size_t ints = (size_t)E + (E + 1) + E + 1 + A + A + 2 * (size_t)MI + 1;
+        const size_t n_done = (size_t)MI * k25k_moe_row_blocks(2 * I);
+        size_t ints = (size_t)E + (E + 1) + E + 1 + A + A + 2 * (size_t)MI + 1 + 4 + n_done;
         c->ws_route = (int *)dev_alloc(c, sizeof(int) * ints, "routing");
         int *p = c->ws_route;
         c->route.counts = p, p += E;
@@ -477,15 +485,17 @@ static void ensure_workspaces(cuda_impl *c, const k25_config *cfg, int rows) {
         c->route.item_expert = p, p += MI;
         c->route.item_p0 = p, p += MI;
         c->route.n_items = p, p += 1;
+        c->route.plan = p, p += 4;
+        c->route.tile_done = p, p += n_done;
+        CUDA_CHECK(cudaMemsetAsync(c->route.tile_done, 0, sizeof(int) * n_done, c->stream));
         c->route.err = c->d_err + 3;
-        // split plans depend on T (chosen in moe): size for the worst over T <= R
+        // split plans depend on the routing (chosen on the device): the worst over T <= R
         size_t p1 = 0, p2 = 0;
         for (int t = 1; t <= R; t++) {
-            int a = t * top_k, ma = k25k_moe_max_items(t, top_k, E), ns, kb;
-            k25k_moe_splits(2 * I, D, ma, c->num_sms, &ns, &kb);
-            if ((size_t)ns * a * 2 * I > p1) p1 = (size_t)ns * a * 2 * I;
-            k25k_moe_splits(D, I, ma, c->num_sms, &ns, &kb);
-            if ((size_t)ns * a * D > p2) p2 = (size_t)ns * a * D;
+            size_t f1 = k25k_moe_part_floats(2 * I, D, t * top_k, c->num_sms);
+            size_t f2 = k25k_moe_part_floats(D, I, t * top_k, c->num_sms);
+            if (f1 > p1) p1 = f1;
+            if (f2 > p2) p2 = f2;
         }
         dev_free(c, c->ws_part1);
         dev_free(c, c->ws_h);
@@ -659,25 +669,23 @@ static void cuda_moe(k25_backend *be, const float *x, const k25_layer *L, const 
     const int T = c->T, K = cfg->top_k, A = T * K, E = m->E, I = m->I, D = m->D;
     const int max_active = A < E ? A : E;
     if (T > c->ws_rows) K25_DIE("moe: workspaces sized for %d rows, step has %d", c->ws_rows, T);
-    k25k_moe_sort(idx, T, K, E, &c->route, c->stream);
+    // the routing kernel also picks the split plans (r.plan) from the actual item count
+    k25k_moe_sort(idx, T, K, E, I, D, c->num_sms, &c->route, c->stream);
     if (m->int4) {
-        int ns1, kb1, ns2, kb2;
-        const int mi = k25k_moe_max_items(T, K, E);
-        k25k_moe_splits(2 * I, D, mi, c->num_sms, &ns1, &kb1);
-        k25k_moe_splits(D, I, mi, c->num_sms, &ns2, &kb2);
+        // gate+up with the split reduction and SiLU*up fused (ws_h), then down
         k25k_moe_w4a16_gemm(m->gu_w, m->gu_s, E, 2 * I, D, 1, x, D, c->route.slot_token, &c->route,
-                            T, K, ns1, kb1, c->ws_part1, c->stream);
-        k25k_moe_gate_up_reduce(c->ws_part1, ns1, A, I, c->ws_h, c->stream);
-        k25k_moe_w4a16_gemm(m->dn_w, m->dn_s, E, D, I, 0, c->ws_h, I, NULL, &c->route, T, K, ns2,
-                            kb2, c->ws_part2, c->stream);
-        k25k_moe_combine(c->ws_part2, ns2, A, D, c->route.slot_of, wts, T, K, out, c->stream);
+                            T, K, c->num_sms, c->ws_part1, c->ws_h, c->stream);
+        k25k_moe_w4a16_gemm(m->dn_w, m->dn_s, E, D, I, 0, c->ws_h, I, NULL, &c->route, T, K,
+                            c->num_sms, c->ws_part2, NULL, c->stream);
+        k25k_moe_combine(c->ws_part2, c->route.plan + 2, A, D, c->route.slot_of, wts, T, K, out,
+                         c->stream);
     } else {
         k25k_moe_bf16_gemm(m->gate, m->up, 2 * I, D, 1, x, D, c->route.slot_token, &c->route,
                            max_active, A, c->ws_part1, c->stream);
-        k25k_moe_gate_up_reduce(c->ws_part1, 1, A, I, c->ws_h, c->stream);
+        k25k_moe_gate_up_reduce(c->ws_part1, NULL, A, I, c->ws_h, c->stream);
         k25k_moe_bf16_gemm(m->down, NULL, D, I, 0, c->ws_h, I, NULL, &c->route, max_active, A,
                            c->ws_part2, c->stream);
-        k25k_moe_combine(c->ws_part2, 1, A, D, c->route.slot_of, wts, T, K, out, c->stream);
+        k25k_moe_combine(c->ws_part2, NULL, A, D, c->route.slot_of, wts, T, K, out, c->stream);
     }
 }
 
@@ -690,6 +698,51 @@ static void cuda_allreduce_sum(k25_backend *be, float *x, size_t n) {
     // measured crossover with NCCL, and the decision is the same on every rank).
     if (c->oneshot && oneshot_allreduce_f32(c->oneshot, x, n, c->stream) == 0) return;
     NCCL_CHECK(ncclAllReduce(x, x, n, ncclFloat32, ncclSum, c->nccl, c->stream));
+}
+
+// Below the one-shot crossover a single kernel sums, adds and norms (it leaves d as it was);
+// otherwise the sum (one-shot or NCCL) and the add / add_rmsnorm kernels, on the same stream.
+static void cuda_allreduce_add_rmsnorm(k25_backend *be, float *h, float *d, const k25_tensor *w,
+                                       float eps, int T, int n, float *out) {
+    cuda_impl *c = impl_of(be);
+    const size_t tn = (size_t)T * n;
+    if (T <= 0) return;
+    if (c->tp > 1 && c->oneshot) {
+        int rc = w ? oneshot_allreduce_add_rmsnorm(c->oneshot, d, h, bf16_dev(w, n), eps, T, n, out,
+                                                   c->stream)
+                   : oneshot_allreduce_add(c->oneshot, d, h, tn, c->stream);
+        if (rc == 0) return;
+    }
+    cuda_allreduce_sum(be, d, tn);
+    if (w)
+        cuda_add_rmsnorm(be, h, d, w, eps, T, n, out);
+    else
+        cuda_add(be, h, d, tn);
+}
+
+// The branch's ops go to the side stream, which first waits for everything issued so far on
+// the main one; the event recorded after them is what join makes the main stream wait for.
+static void cuda_fork(k25_backend *be, void (*fn)(void *ctx), void *ctx) {
+    cuda_impl *c = impl_of(be);
+    if (c->no_overlap) {
+        fn(ctx);
+        return;
+    }
+    if (c->stream != c->main_stream || !c->joined) K25_DIE("fork: a side branch is already open");
+    CUDA_CHECK(cudaEventRecord(c->ev_fork, c->main_stream));
+    CUDA_CHECK(cudaStreamWaitEvent(c->side_stream, c->ev_fork, 0));
+    c->stream = c->side_stream;
+    fn(ctx);
+    c->stream = c->main_stream;
+    CUDA_CHECK(cudaEventRecord(c->ev_join, c->side_stream));
+    c->joined = 0;
+}
+
+static void cuda_join(k25_backend *be) {
+    cuda_impl *c = impl_of(be);
+    if (c->joined) return;
+    CUDA_CHECK(cudaStreamWaitEvent(c->main_stream, c->ev_join, 0));
+    c->joined = 1;
 }
 
 // ------------------------------------------------------------------------------------------
@@ -876,7 +929,11 @@ static void cuda_destroy(k25_backend *be) {
     k25k_blas_destroy(c->blas);
     if (c->oneshot) oneshot_destroy(c->oneshot);
     if (c->nccl) ncclCommDestroy(c->nccl);
-    CUDA_CHECK(cudaStreamDestroy(c->stream));
+    CUDA_CHECK(cudaStreamSynchronize(c->side_stream));
+    CUDA_CHECK(cudaEventDestroy(c->ev_fork));
+    CUDA_CHECK(cudaEventDestroy(c->ev_join));
+    CUDA_CHECK(cudaStreamDestroy(c->side_stream));
+    CUDA_CHECK(cudaStreamDestroy(c->main_stream));
     free(c);
     free(be);
 }
@@ -911,7 +968,12 @@ extern "C" k25_backend *backend_cuda_create(const k25_config *cfg, const k25_dis
     if (!dist || dist->world_rank == 0)
         fprintf(stderr, "# CUDA-aware MPI: %s (MPI only ever sees host memory here)\n",
                 dist && dist->cuda_aware_mpi ? "yes" : "no");
-    CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&c->main_stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&c->side_stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&c->ev_fork, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&c->ev_join, cudaEventDisableTiming));
+    c->stream = c->main_stream;
+    c->joined = 1;
     c->blas = k25k_blas_create((size_t)32 << 20);
     c->tp = dist && dist->tp_size > 0 ? dist->tp_size : 1;
     c->tp_rank = dist ? dist->tp_rank : 0;
@@ -927,6 +989,8 @@ extern "C" k25_backend *backend_cuda_create(const k25_config *cfg, const k25_dis
                                : "cuda: one-shot all-reduce off (%s); NCCL for every sum\n",
                     oerr);
     }
+    const char *no = getenv("K25_NO_OVERLAP");
+    c->no_overlap = no && *no && strcmp(no, "0") != 0;
     const char *ng = getenv("K25_NO_GRAPH");
     c->no_graph = ng && *ng && strcmp(ng, "0") != 0;
     const char *kf = getenv("K25_KV_F32");
@@ -972,5 +1036,8 @@ extern "C" k25_backend *backend_cuda_create(const k25_config *cfg, const k25_dis
     be->sample = cuda_sample;
     be->run_graph = cuda_run_graph;
     be->gather_logits = cuda_gather_logits;
+    be->allreduce_add_rmsnorm = cuda_allreduce_add_rmsnorm;
+    be->fork = cuda_fork;
+    be->join = cuda_join;
     return be;
 }

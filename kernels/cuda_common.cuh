@@ -32,6 +32,17 @@ void k25_cuda_launch_check(cudaStream_t s, const char *what, const char *file, i
 
 __host__ __device__ static inline int64_t k25_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// An attribute of the current device, read once per call site (*cache starts at -1): one
+// process drives one GPU.
+static inline int k25_device_attr(int *cache, cudaDeviceAttr a) {
+    if (*cache < 0) {
+        int dev = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        CUDA_CHECK(cudaDeviceGetAttribute(cache, a, dev));
+    }
+    return *cache;
+}
+
 // ------------------------------------------------------------------------------------------
 // Device helpers
 // ------------------------------------------------------------------------------------------

@@ -30,14 +30,18 @@ void k25k_blas_destroy(k25k_blas *b);
 // Grows the bf16 activation workspace to elems (outside graph capture only).
 void k25k_blas_reserve(k25k_blas *b, size_t elems);
 size_t k25k_blas_capacity(const k25k_blas *b);
+// f32 activations and accumulation; y[t][n] is bit-identical for every T (the K-slice plan
+// depends on N and K only).
 void k25k_gemv_bf16(const float *x, const uint16_t *W, int T, int N, int K, float *y,
                     cudaStream_t s);
+// The GEMV's plan for N x K: K slices (blocks of one cluster) and weight rows per block.
+void k25k_gemv_plan(int N, int K, int *k_slices, int *rows_per_block);
 void k25k_matmul_lt(k25k_blas *b, const float *x, const uint16_t *W, int T, int N, int K,
                     float *y, cudaStream_t s);
 // The cuBLASLt call alone, activations already bf16 xb[T][K].
 void k25k_matmul_lt_bf16(k25k_blas *b, const uint16_t *xb, const uint16_t *W, int T, int N, int K,
                          float *y, cudaStream_t s);
-// GEMV for T <= K25_GEMV_MAX_T (default 2), cuBLASLt above.
+// GEMV for T <= K25_GEMV_MAX_T (default 16), cuBLASLt above.
 void k25k_matmul(k25k_blas *b, const float *x, const uint16_t *W, int T, int N, int K, float *y,
                  cudaStream_t s);
 
@@ -51,40 +55,57 @@ typedef struct k25k_moe_route {
     int *slot_token; // [A]   token of each slot
     int *slot_of;    // [A]   slot of choice t*top_k + k (-1: invalid expert id)
     int *err;        // [1]   set to 1 on an invalid expert id
-    // work items of the grouped GEMM: (expert, first slot) for every K25K_MOE_PASS slots
+    // work items of the grouped GEMM, one for every K25K_MOE_PASS slots of an expert: its expert
+    // and (first slot in the sorted list) << 6 | (slot count), so that the GEMM's first weight
+    // loads need no counts/offsets look-up
     int *item_expert, *item_p0; // [k25k_moe_max_items]
     int *n_items;               // [1]
+    // split-K plans written by the routing kernel for the step's item count: n_splits and
+    // kb_per_split of the gate+up GEMM [0], [1] and of the down GEMM [2], [3]
+    int *plan; // [4]
+    // finished splits per (item, gate+up row-block) of the fused SiLU*up reduction; zero before
+    // the first call (each count returns to 0 when its last split finishes)
+    int *tile_done; // [k25k_moe_max_items x k25k_moe_row_blocks(2I)]
 } k25k_moe_route;
 #define K25K_MOE_PASS 32
 // Most work items a step of T rows can produce: min(E, A) + ceil(A / K25K_MOE_PASS).
 int k25k_moe_max_items(int T, int top_k, int E);
+// Row-blocks of the grouped GEMM over N output rows.
+int k25k_moe_row_blocks(int N);
 
-void k25k_moe_sort(const int32_t *idx, int T, int top_k, int E, const k25k_moe_route *r,
-                    cudaStream_t s);
+// Routing sort of idx [T][top_k] and the split-K plans (r->plan) of the gate+up (2I x D) and
+// down (D x I) GEMMs from the step's work-item count, for the GEMM blocks resident on num_sms
+// SMs.
+void k25k_moe_sort(const int32_t *idx, int T, int top_k, int E, int I, int D, int num_sms,
+                   const k25k_moe_route *r, cudaStream_t s);
 // Repacks one expert matrix from the checkpoint layout (packed [rows][K/8] int32, scales
 // [rows][K/group] bf16) into the tiled layout (moe_w4a16.cu). gate_up: wa/sa are the gate rows,
 // wb/sb the up rows, N = 2 * I; otherwise N rows of wa/sa.
 void k25k_w4_repack(const uint32_t *wa, const uint32_t *wb, const uint16_t *sa,
                     const uint16_t *sb, int N, int K, int group, int gate_up, uint32_t *dst_w,
                     uint16_t *dst_s, cudaStream_t s);
-// Split-K plan of the grouped GEMM for N x K experts and at most max_items work items.
-void k25k_moe_splits(int N, int K, int max_items, int num_sms, int *n_splits,
-                     int *kb_per_split);
-// part[n_splits][A][N] = per-slot partial products (tiled INT4 weights of all E experts).
+// Floats of part [n_splits][A][N] for A choices under any routing (the largest plan).
+size_t k25k_moe_part_floats(int N, int K, int A, int num_sms);
+// part[n_splits][A][N] = per-slot partial products (tiled INT4 weights of all E experts), the
+// plan from r->plan (gate_up: [0], [1]; down: [2], [3]); a persistent grid over num_sms SMs.
+// gate_up with h != NULL also writes h[A][I] = silu(gate) * up summed over the splits (the
+// last split of each tile reduces, r->tile_done), replacing k25k_moe_gate_up_reduce.
 void k25k_moe_w4a16_gemm(const uint32_t *Wt, const uint16_t *St, int E, int N, int K,
                          int gate_up, const float *X, int x_ld, const int *row_index,
-                         const k25k_moe_route *r, int T, int top_k, int n_splits,
-                         int kb_per_split, float *part, cudaStream_t s);
+                         const k25k_moe_route *r, int T, int top_k, int num_sms, float *part,
+                         float *h, cudaStream_t s);
 // Same for bf16 experts (device arrays of per-expert row-major [rows][K] pointers); one split.
 void k25k_moe_bf16_gemm(const uint16_t *const *Wa, const uint16_t *const *Wb, int N, int K,
                         int gate_up, const float *X, int x_ld, const int *row_index,
                         const k25k_moe_route *r, int max_active, int A, float *part,
                         cudaStream_t s);
-// h[A][I] = silu(sum gate) * (sum up) over the splits of part [n_splits][A][2I].
-void k25k_moe_gate_up_reduce(const float *part, int n_splits, int A, int I, float *h,
+// h[A][I] = silu(sum gate) * (sum up) over the splits of part [n_splits][A][2I]; n_splits is
+// a device int (r->plan + 0), NULL for one split.
+void k25k_moe_gate_up_reduce(const float *part, const int *n_splits, int A, int I, float *h,
                              cudaStream_t s);
-// out[T][D] = sum_k wts[t][k] * sum_splits part[split][slot_of[t][k]][D].
-void k25k_moe_combine(const float *part, int n_splits, int A, int D, const int *slot_of,
+// out[T][D] = sum_k wts[t][k] * sum_splits part[split][slot_of[t][k]][D]; n_splits a device
+// int (r->plan + 2), NULL for one split.
+void k25k_moe_combine(const float *part, const int *n_splits, int A, int D, const int *slot_of,
                       const float *wts, int T, int top_k, float *out, cudaStream_t s);
 
 // ---- router.cu ----
@@ -103,10 +124,13 @@ typedef struct k25k_mla_args {
     const float *inv_freq;          // [dr/2]
     int *err;                       // 1: bad cache slot on write, 2: on read
 } k25k_mla_args;
+// Chunks of positions per (row, 16-head group) of the split attention (one wave of blocks at
+// batch 1), and the workspace (q_abs, per-chunk max/sum and partial outputs, o_lat) it needs.
 int k25k_mla_chunks(int T, int H, int num_sms);
 size_t k25k_mla_workspace_floats(int T, int H, int L, int n_chunks);
 // cache: this layer's [n_blocks*kv_block][L+dr], bf16 or (cache_f32) f32; kvb: kv_b
-// [H*(dn+dv)][L] bf16.
+// [H*(dn+dv)][L] bf16. The bf16 cache runs on tensor cores (L <= 512, L+dr a multiple of 8;
+// K25_MLA_CUDA_CORES=1 forces the CUDA-core kernel that the f32 cache uses).
 void k25k_mla_attention(const k25k_mla_args *a, void *cache, int cache_f32, const uint16_t *kvb,
                         float *q, float *kv, float *out, float *ws, int n_chunks, cudaStream_t s);
 

@@ -68,8 +68,9 @@ bench() { # bench NAME JSON CMD...
 }
 bench micro_w4a16 bench_w4a16.jsonl "$BUILD/bench/micro_w4a16"     # 3
 bench micro_mla bench_mla.jsonl "$BUILD/bench/micro_mla"           # 4
+bench micro_matmul bench_matmul.jsonl "$BUILD/bench/micro_matmul"  # 5
 if [ "$ngpu" -ge 2 ]; then
-    bench "micro_allreduce np=$ngpu" bench_allreduce.jsonl mpirun -np "$ngpu" "$BUILD/bench/micro_allreduce"  # 5
+    bench "micro_allreduce np=$ngpu" bench_allreduce.jsonl mpirun -np "$ngpu" "$BUILD/bench/micro_allreduce"  # 6
 else
     bench "micro_allreduce np=1" bench_allreduce.jsonl mpirun -np 1 "$BUILD/bench/micro_allreduce"
 fi

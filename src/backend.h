@@ -12,7 +12,8 @@
 //   kv_lora_rank normalized latent values then qk_rope_dim rotated key values (576 for
 //   Kimi-K2.5), per layer. Token p of sequence s lives in physical block
 //   block_table[s * max_blocks_per_seq + p / kv_block], slot p % kv_block.
-// - Collectives: allreduce_sum sums over the tensor-parallel group.
+// - Collectives: allreduce_sum sums over the tensor-parallel group (allreduce_add_rmsnorm too,
+//   fused with the residual add and the next norm that follow it).
 #pragma once
 #include "common.h"
 #include "config.h"
@@ -113,6 +114,20 @@ struct k25_backend {
     // copies through host memory (to_host / to_device) and MPI on dist->pp.
     void (*pp_send)(k25_backend *be, const float *x, size_t n, int stage);
     void (*pp_recv)(k25_backend *be, float *x, size_t n, int stage);
+
+    // ---- fused block end and concurrent branches ----
+    // The end of a block: d[T][n] summed over the tensor-parallel group, h += that sum; then
+    // out = rmsnorm(h) * w (the next block's input norm) when w is non-NULL, nothing more when
+    // w is NULL. d's contents afterwards are unspecified (summed in place, or left as they were).
+    // Equal to allreduce_sum(d) then add_rmsnorm (or add), which backends may fuse.
+    void (*allreduce_add_rmsnorm)(k25_backend *be, float *h, float *d, const k25_tensor *w,
+                                  float eps, int T, int n, float *out);
+    // fork issues fn(ctx)'s ops as a side branch: it starts after every op issued before fork and
+    // may run concurrently with the ops issued after fork returns, up to join; the ops issued
+    // after join run after the branch. The branch must not touch memory that those concurrent
+    // ops use, and must not fork again. CPU: fork calls fn(ctx), join does nothing.
+    void (*fork)(k25_backend *be, void (*fn)(void *ctx), void *ctx);
+    void (*join)(k25_backend *be);
 };
 
 #ifdef __cplusplus

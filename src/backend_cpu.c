@@ -549,6 +549,24 @@ static void cpu_allreduce_sum(k25_backend *be, float *x, size_t n) {
     if (be->dist->tp_size > 1) dist_allreduce_sum_f32(be->dist, x, n);
 }
 
+// The sum, then the existing residual add (and norm): one code path for each piece of math.
+static void cpu_allreduce_add_rmsnorm(k25_backend *be, float *h, float *d, const k25_tensor *w,
+                                      float eps, int T, int n, float *out) {
+    cpu_allreduce_sum(be, d, (size_t)T * n);
+    if (w)
+        cpu_add_rmsnorm(be, h, d, w, eps, T, n, out);
+    else
+        cpu_add(be, h, d, (size_t)T * n);
+}
+
+// One thread of ops: the branch runs in place, in issue order.
+static void cpu_fork(k25_backend *be, void (*fn)(void *ctx), void *ctx) {
+    (void)be;
+    fn(ctx);
+}
+
+static void cpu_join(k25_backend *be) { (void)be; }
+
 static void cpu_sample(k25_backend *be, const float *logits, int vocab_begin, int V_local,
                        const k25_sampling *params, int32_t *out) {
     sampler_sample(be->dist->tp, logits, impl_of(be)->T, V_local, vocab_begin, params, out);
@@ -640,5 +658,8 @@ k25_backend *backend_cpu_create(const k25_config *cfg, const k25_dist *dist, int
     be->gather_logits = cpu_gather_logits;
     be->pp_send = cpu_pp_send;
     be->pp_recv = cpu_pp_recv;
+    be->allreduce_add_rmsnorm = cpu_allreduce_add_rmsnorm;
+    be->fork = cpu_fork;
+    be->join = cpu_join;
     return be;
 }

@@ -228,10 +228,10 @@ static void check_finite(k25_model *m, const k25_batch *b, int row0, int layer) 
 // Forward
 // ------------------------------------------------------------------------------------------
 
-// Embedding (first stage) and this stage's layers, for the T rows set by set_batch. Leaves the
-// residual stream in h (on later stages h arrives holding the previous stage's output).
 // out[T][D] = down(silu(gate(xn)) * up(xn)): the dense MLP of the first layers, or the shared
-// expert of a MoE layer (a partial sum over the rank's slice of the intermediate width).
+// expert of a MoE layer (a partial sum over the rank's slice of the intermediate width). Uses
+// gate, up and act, which nothing else of a MoE layer touches, so the shared expert can run
+// beside the router and the routed experts (those use backend workspaces, ridx, rwts and d).
 static void swiglu(k25_model *m, const k25_layer *L, int T, float *out) {
     k25_backend *be = m->be;
     be->matmul(be, m->xn, &L->ffn_gate, T, m->gate);
@@ -240,6 +240,23 @@ static void swiglu(k25_model *m, const k25_layer *L, int T, float *out) {
     be->matmul(be, m->act, &L->ffn_down, T, out);
 }
 
+typedef struct shared_ctx {
+    k25_model *m;
+    const k25_layer *L;
+    int T;
+} shared_ctx;
+
+// d2 = the shared expert: the side branch of a MoE layer.
+static void shared_expert(void *arg) {
+    shared_ctx *s = arg;
+    swiglu(s->m, s->L, s->T, s->m->d2);
+}
+
+// Embedding (first stage) and this stage's layers, for the T rows set by set_batch. Leaves the
+// residual stream in h (on later stages h arrives holding the previous stage's output). Every
+// block ends with the tensor-parallel sum of its partial output d, the residual add and the
+// norm of the block that follows (one fused op); the stage's first layer norms h on its own,
+// and its last one only adds (the final norm runs on the sampled rows, run_micro_batch).
 static void forward_layers(void *arg) {
     step_ctx *ctx = arg;
     k25_model *m = ctx->m;
@@ -250,12 +267,14 @@ static void forward_layers(void *arg) {
     size_t TD = (size_t)T * D;
 
     if (m->first_stage) be->embed(be, &w->embed, m->h);
+    if (w->layer_begin < w->layer_end)
+        be->rmsnorm(be, m->h, D, &w->layers[w->layer_begin].attn_norm, c->norm_eps, T, D, m->xn);
     for (int l = w->layer_begin; l < w->layer_end; l++) {
         const k25_layer *L = &w->layers[l];
-        if (m->n_cap) capture_hidden(m, l, ctx->row0, T);
+        const k25_tensor *next_norm = l + 1 < w->layer_end ? &w->layers[l + 1].attn_norm : NULL;
+        if (m->n_cap) capture_hidden(m, l, ctx->row0, T); // h: the input of layer l
 
-        // ---- attention: h += o_proj(MLA(rmsnorm(h))) ----
-        be->rmsnorm(be, m->h, D, &L->attn_norm, c->norm_eps, T, D, m->xn);
+        // ---- attention: h += o_proj(MLA(xn)), xn = rmsnorm(h) for the FFN ----
         be->matmul(be, m->xn, &L->q_a, T, m->cq);
         be->rmsnorm(be, m->cq, c->q_lora_rank, &L->q_a_norm, c->latent_norm_eps, T,
                     c->q_lora_rank, m->cqn);
@@ -263,22 +282,24 @@ static void forward_layers(void *arg) {
         be->matmul(be, m->xn, &L->kv_a, T, m->kv);
         be->mla_attention(be, l - w->layer_begin, L, m->q, m->kv, m->attn);
         be->matmul(be, m->attn, &L->o_proj, T, m->d);
-        be->allreduce_sum(be, m->d, TD);
-        be->add_rmsnorm(be, m->h, m->d, &L->ffn_norm, c->norm_eps, T, D, m->xn);
+        be->allreduce_add_rmsnorm(be, m->h, m->d, &L->ffn_norm, c->norm_eps, T, D, m->xn);
 
-        // ---- FFN: h += dense SwiGLU, or routed experts + shared expert ----
+        // ---- FFN: dense SwiGLU, or routed experts + the shared expert beside them ----
         if (!L->is_moe) {
             swiglu(m, L, T, m->d);
         } else {
+            int has_shared = L->ffn_gate.kind != K25_SRC_NONE;
+            shared_ctx sc = {m, L, T};
+            if (has_shared) be->fork(be, shared_expert, &sc); // d2, concurrent with the next two
             be->router(be, m->xn, L, m->ridx, m->rwts);
             be->moe(be, m->xn, L, m->ridx, m->rwts, m->d);
-            if (L->ffn_gate.kind != K25_SRC_NONE) {
-                swiglu(m, L, T, m->d2);
+            if (has_shared) {
+                be->join(be);
                 be->add(be, m->d, m->d2, TD);
             }
         }
-        be->allreduce_sum(be, m->d, TD);
-        be->add(be, m->h, m->d, TD);
+        // ---- h += FFN, xn = rmsnorm(h) for the next layer's attention ----
+        be->allreduce_add_rmsnorm(be, m->h, m->d, next_norm, c->norm_eps, T, D, m->xn);
 
         if (m->opts.check_finite) check_finite(m, ctx->b, ctx->row0, l);
     }

@@ -79,6 +79,17 @@ static void p_gather_logits(k25_backend *be, const float *logits, int V_local, i
                             float *out) {
     TIMED(K25_OPG_LMHEAD, orig.gather_logits(be, logits, V_local, t, out));
 }
+// The norm fused into the sum is counted with the all-reduce.
+static void p_allreduce_add_rmsnorm(k25_backend *be, float *h, float *d, const k25_tensor *w,
+                                    float eps, int T, int n, float *out) {
+    TIMED(K25_OPG_ALLREDUCE, orig.allreduce_add_rmsnorm(be, h, d, w, eps, T, n, out));
+}
+// Each operation is timed alone anyway: a side branch runs inline.
+static void p_fork(k25_backend *be, void (*fn)(void *ctx), void *ctx) {
+    (void)be;
+    fn(ctx);
+}
+static void p_join(k25_backend *be) { (void)be; }
 // Graph replay would hide the per-operation calls: run the step function directly.
 static void p_run_graph(k25_backend *be, int key, void (*fn)(void *ctx), void *ctx) {
     (void)be;
@@ -102,6 +113,9 @@ void op_profile_install(k25_backend *be) {
     be->router = p_router;
     be->moe = p_moe;
     be->allreduce_sum = p_allreduce_sum;
+    be->allreduce_add_rmsnorm = p_allreduce_add_rmsnorm;
+    be->fork = p_fork;
+    be->join = p_join;
     be->sample = p_sample;
     be->gather_logits = p_gather_logits;
     be->run_graph = p_run_graph;
@@ -120,6 +134,9 @@ void op_profile_remove(k25_backend *be) {
     be->router = orig.router;
     be->moe = orig.moe;
     be->allreduce_sum = orig.allreduce_sum;
+    be->allreduce_add_rmsnorm = orig.allreduce_add_rmsnorm;
+    be->fork = orig.fork;
+    be->join = orig.join;
     be->sample = orig.sample;
     be->gather_logits = orig.gather_logits;
     be->run_graph = orig.run_graph;
