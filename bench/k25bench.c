@@ -346,6 +346,7 @@ typedef struct run_desc {
     char model[512];
     char weights[512];
     int ranks, tp, pp;
+    int sim_tp; // run.sim_tp: this rank times one rank's share of a tp = sim_tp run
 } run_desc;
 
 static void describe(run_desc *r, const bench_args *a, const k25_config *c, const k25_dist *d,
@@ -422,6 +423,7 @@ static void describe(run_desc *r, const bench_args *a, const k25_config *c, cons
         snprintf(r->backend, sizeof r->backend, "%s", in->be->name);
     r->ranks = d->world_size;
     r->tp = d->tp_size;
+    r->sim_tp = c->sim_tp > 1 ? c->sim_tp : 0;
     r->pp = d->pp_size;
     char quant[32];
     if (c->experts_int4) snprintf(quant, sizeof quant, "INT4 g%d", c->quant_group);
@@ -448,6 +450,10 @@ static void print_desc(const run_desc *r, const bench_args *a, const k25_config 
     printf("# devices: %s\n", r->devices);
     printf("# ranks: %d (tp %d, pp %d), backend %s, nccl %s\n", r->ranks, r->tp, r->pp,
            r->backend, r->nccl);
+    if (r->sim_tp)
+        printf("# SIMULATED SHARD: one rank runs rank 0's share of tp %d (weights sliced for %d "
+               "ranks, all-reduces skipped): per-rank work only, outputs are not the model's\n",
+               r->sim_tp, r->sim_tp);
     if (r->pp > 1) {
         int *first = k25_malloc(sizeof(int) * (size_t)(r->pp + 1));
         char err[K25_ERR_LEN];
@@ -848,6 +854,7 @@ static char *level_json(const level_result *r, const run_desc *d, const bench_ar
     cJSON_AddNumberToObject(o, "ranks", d->ranks);
     cJSON_AddNumberToObject(o, "tp", d->tp);
     cJSON_AddNumberToObject(o, "pp", d->pp);
+    if (d->sim_tp) cJSON_AddNumberToObject(o, "sim_tp", d->sim_tp);
     cJSON_AddStringToObject(o, "backend", d->backend);
     cJSON_AddStringToObject(o, "nccl", d->nccl);
     cJSON_AddStringToObject(o, "model", d->model);

@@ -66,7 +66,17 @@ int instance_open(k25_instance *in, const k25_config *cfg, const k25_dist *d,
     int rc = pipeline_layout(cfg, stages, first, err);
     int lb = rc ? 0 : first[stage], le = rc ? 0 : first[stage + 1];
     free(first);
-    if (rc || weights_plan(&in->w, cfg, d->tp_rank, d->tp_size, lb, le, &src, err) != 0) {
+    // run.sim_tp: one rank holds rank 0's slices of a sim_tp-way split (benchmarks only)
+    int w_rank = d->tp_rank, w_size = d->tp_size;
+    if (!rc && cfg->sim_tp > 1) {
+        if (d->world_size != 1)
+            rc = k25_err(err, "run.sim_tp = %d simulates one rank of a larger run and needs "
+                         "exactly 1 MPI rank (got %d)", cfg->sim_tp, d->world_size);
+        else
+            rc = config_check_tp(cfg, cfg->sim_tp, err);
+        w_rank = 0, w_size = cfg->sim_tp;
+    }
+    if (rc || weights_plan(&in->w, cfg, w_rank, w_size, lb, le, &src, err) != 0) {
         instance_close(in);
         return -1;
     }

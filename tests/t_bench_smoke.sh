@@ -72,4 +72,19 @@ out=$(timeout 60 mpirun -np 2 "$bin" --config config/tiny.ini --synthetic 1 --co
 out=$(timeout 60 mpirun -np 2 "$bin" --config config/tiny.ini --synthetic 1 --json /nonexistent/x.jsonl 2>&1) \
     && fail "an unwritable --json path accepted"
 grep -q "cannot write" <<<"$out" || fail "no message about the --json path: $out"
+
+# run.sim_tp=2: one rank holds what rank 0 of a real 2-rank run holds (less than a whole model),
+# says that it simulates, and refuses more than one rank.
+gib() { grep -o '[0-9.]* GiB per rank' "$1" | head -1 | cut -d' ' -f1; }
+timeout 120 mpirun -np 1 "$bin" --config config/tiny.ini --synthetic 1 --set run.sim_tp=2 \
+    --concurrency 2 --input-len 8 --output-len 4 >"$tmp/sim.out" 2>&1 || { cat "$tmp/sim.out"; fail "sim_tp run"; }
+grep -q '^# SIMULATED SHARD: one rank runs rank 0.s share of tp 2' "$tmp/sim.out" || fail "no simulated-shard label"
+timeout 120 mpirun -np 1 "$bin" --config config/tiny.ini --synthetic 1 --concurrency 2 \
+    --input-len 8 --output-len 4 >"$tmp/one.out" 2>&1 || fail "tp 1 run"
+python3 -c "import sys; s, w = float(sys.argv[1]), float(sys.argv[2]); assert s < w, (s, w)" \
+    "$(gib "$tmp/sim.out")" "$(gib "$tmp/one.out")" || fail "sim_tp weights not smaller than tp 1's"
+grep -q "$(gib "$tmp/stdout") GiB per rank" "$tmp/sim.out" || fail "sim_tp=2 per-rank weights differ from a real tp 2 rank's"
+out=$(timeout 60 mpirun -np 2 "$bin" --config config/tiny.ini --synthetic 1 --set run.sim_tp=2 2>&1) \
+    && fail "run.sim_tp on 2 ranks accepted"
+grep -q "needs exactly 1 MPI rank" <<<"$out" || fail "no message about sim_tp's rank count: $out"
 echo "t_bench_smoke: ok"
