@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# The k25bench runs behind bench/results/*-h200*: full-dimension synthetic Kimi-K2.5 (real
+# shapes, synthetic weights) on one or two H200s. Each job writes NAME.jsonl (one JSON object
+# per level) and NAME.md (the console table with its '#' description) into $OUT.
+#
+#   bench/run_h200.sh pipeline   # 4 layers: 1 GPU, TP2, TP1 x PP2 across concurrency (2 GPUs)
+#   bench/run_h200.sh spec       # 4 layers, TP2: plain vs an EAGLE-3 head at Kimi dimensions,
+#                                #   controlled acceptance alpha in {0.5, 0.7, 0.8, 0.9}
+#   bench/run_h200.sh tp8sim     # all 61 layers as one TP8 rank's share on one GPU (run.sim_tp)
+#   bench/run_h200.sh overlap    # 4 layers, 1 GPU: shared expert overlapped or not
+# Binaries: ./k25bench and ./k25-mkeagle (make CUDA=1). NVLink multicast stays off.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/k25out}
+mkdir -p "$OUT"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export NCCL_NVLS_ENABLE=0
+KIMI=(--config config/kimi_k25.ini --synthetic 1 --backend cuda)
+
+bench() { # bench NAME NP ARGS...: one k25bench run, table to NAME.md, progress to NAME.log
+    local name=$1 np=$2; shift 2
+    local t0=$(date +%s)
+    # --foreground: a timeout around this script also stops the run in progress
+    timeout --foreground 400 mpirun -np "$np" ./k25bench "$@" --json "$OUT/$name.jsonl" >"$OUT/$name.md" \
+        2>>"$OUT/bench.log"
+    local rc=$?
+    echo "== $name: rc $rc, $(( $(date +%s) - t0 )) s"
+    grep -E '^\| +[0-9]' "$OUT/$name.md" | cut -d'|' -f2,7,10,13,16 | head -40
+}
+
+for job in "$@"; do
+    case $job in
+    pipeline)
+        W=(--set model.num_hidden_layers=4 --set run.ctx_size=2048 --input-len 256
+           --output-len 64 --concurrency 1,4,16,64,256 --profile-steps 0)
+        bench pp-k4-h200x1-tp1 1 "${KIMI[@]}" "${W[@]}"
+        bench pp-k4-h200x2-tp2 2 "${KIMI[@]}" "${W[@]}"
+        bench pp-k4-h200x2-tp1pp2 2 "${KIMI[@]}" "${W[@]}" --pp 2
+        ;;
+    spec)
+        # aux layers 0, 1, 2: the published heads read early, middle and late layers (2, L/2,
+        # L-3 of 61); with 4 target layers these are the first three
+        ./k25-mkeagle --config config/kimi_k25.ini --set model.num_hidden_layers=4 --synthetic 5 \
+            --intermediate 12288 --aux-layers 0,1,2 --out /tmp/k25-eagle-kimi 2>>"$OUT/bench.log" ||
+            echo "k25-mkeagle failed"
+        S=(--set model.num_hidden_layers=4 --set run.ctx_size=2048 --input-len 256 --output-len 64
+           --spec-draft eagle3:/tmp/k25-eagle-kimi --spec-k 3 --profile-steps 0)
+        bench spec-k4-h200x2-tp2 2 "${KIMI[@]}" "${S[@]}" --concurrency 1,4,16,64 \
+            --spec-accept 0.5,0.7,0.8,0.9
+        bench spec-k4-h200x2-tp2-c256 2 "${KIMI[@]}" "${S[@]}" --concurrency 256 --spec-accept 0.8
+        ;;
+    tp8sim)
+        T=(--set run.sim_tp=8 --set run.ctx_size=4096)
+        bench tp8sim-k61-h200x1-1k 1 "${KIMI[@]}" "${T[@]}" --input-len 1024 --output-len 128 \
+            --concurrency 1,16 --profile-steps 3
+        bench tp8sim-k61-h200x1-256 1 "${KIMI[@]}" "${T[@]}" --input-len 256 --output-len 64 \
+            --concurrency 64,256 --profile-steps 3
+        ;;
+    overlap)
+        O=(--set model.num_hidden_layers=4 --set run.ctx_size=2048 --input-len 256
+           --output-len 64 --concurrency 1,16 --profile-steps 0)
+        bench overlap-k4-h200x1-on 1 "${KIMI[@]}" "${O[@]}"
+        K25_NO_OVERLAP=1 bench overlap-k4-h200x1-off 1 "${KIMI[@]}" "${O[@]}"
+        ;;
+    *) echo "unknown job $job"; exit 2 ;;
+    esac
+done
