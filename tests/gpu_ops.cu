@@ -293,7 +293,7 @@ static void check_matmul_one(pair *p, const k25_tensor *Wc, const k25_tensor *Wg
     p->cpu->matmul(p->cpu, x.c, Wc, T, y.c);
     p->gpu->matmul(p->gpu, x.g, Wg, T, y.g);
     double e = dbuf_err(p, &y, (size_t)T * N);
-    // The GEMV (T <= K25_GEMV_MAX_T, default 16) keeps f32 activations and accumulation (~1e-6
+    // The GEMV (T <= K25_GEMV_MAX_T, default 8) keeps f32 activations and accumulation (~1e-6
     // against the float64-accumulating CPU); cuBLASLt takes them as two bf16 halves (~1e-5), or
     // rounded to bf16 once with K25_BF16_ACTIVATIONS=1 (~3e-3).
     const char *mt = getenv("K25_GEMV_MAX_T");
