@@ -41,7 +41,8 @@ void k25k_matmul_lt(k25k_blas *b, const float *x, const uint16_t *W, int T, int 
 // The cuBLASLt call alone, activations already bf16 xb[T][K].
 void k25k_matmul_lt_bf16(k25k_blas *b, const uint16_t *xb, const uint16_t *W, int T, int N, int K,
                          float *y, cudaStream_t s);
-// GEMV for T <= K25_GEMV_MAX_T (default 8), cuBLASLt above.
+// GEMV for T <= K25_GEMV_MAX_T (default K25K_GEMV_MAX_T_DEFAULT), cuBLASLt above.
+#define K25K_GEMV_MAX_T_DEFAULT 8
 void k25k_matmul(k25k_blas *b, const float *x, const uint16_t *W, int T, int N, int K, float *y,
                  cudaStream_t s);
 

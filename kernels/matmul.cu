@@ -363,7 +363,7 @@ k25k_blas *k25k_blas_create(size_t workspace_bytes) {
     // by 1.1-2x at T = 4 and loses at T = 16 (0.4-0.9x: its f32 FMAs, 2 T flops per 2-byte
     // weight, then outrun the CUDA cores), so it takes steps of up to 8 rows, where a row's
     // result also does not depend on T (speculative verification = plain decoding bit for bit).
-    b->gemv_max_t = e && *e ? atoi(e) : 8;
+    b->gemv_max_t = e && *e ? atoi(e) : K25K_GEMV_MAX_T_DEFAULT;
     return b;
 }
 

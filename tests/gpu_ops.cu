@@ -293,11 +293,11 @@ static void check_matmul_one(pair *p, const k25_tensor *Wc, const k25_tensor *Wg
     p->cpu->matmul(p->cpu, x.c, Wc, T, y.c);
     p->gpu->matmul(p->gpu, x.g, Wg, T, y.g);
     double e = dbuf_err(p, &y, (size_t)T * N);
-    // The GEMV (T <= K25_GEMV_MAX_T, default 8) keeps f32 activations and accumulation (~1e-6
+    // The GEMV (T <= K25_GEMV_MAX_T, default K25K_GEMV_MAX_T_DEFAULT) keeps f32 activations and accumulation (~1e-6
     // against the float64-accumulating CPU); cuBLASLt takes them as two bf16 halves (~1e-5), or
     // rounded to bf16 once with K25_BF16_ACTIVATIONS=1 (~3e-3).
     const char *mt = getenv("K25_GEMV_MAX_T");
-    const int gemv_max = mt && *mt ? atoi(mt) : 16, gemv = T <= gemv_max;
+    const int gemv_max = mt && *mt ? atoi(mt) : K25K_GEMV_MAX_T_DEFAULT, gemv = T <= gemv_max;
     report(e <= (gemv ? 1e-4 : 1e-2), "matmul %-8s T=%-4d N=%-6d K=%-6d rel=%.2e (%s)", what, T,
            N, K, e, gemv ? "gemv" : "cublaslt");
     if (gemv && T > 1) {
