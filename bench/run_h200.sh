@@ -8,6 +8,9 @@
 #                                #   controlled acceptance alpha in {0.5, 0.7, 0.8, 0.9}
 #   bench/run_h200.sh tp8sim     # all 61 layers as one TP8 rank's share on one GPU (run.sim_tp)
 #   bench/run_h200.sh overlap    # 4 layers, 1 GPU: shared expert overlapped or not
+#   bench/run_h200.sh x8         # 8 GPUs, TP8, all 61 layers: the sweep 1..256 (1K in / 128
+#                                #   out) with the per-operation breakdown, then spec vs plain
+#                                #   (EAGLE-3 head at Kimi dimensions, controlled acceptance)
 # Binaries: ./k25bench and ./k25-mkeagle (make CUDA=1). NVLink multicast stays off.
 set -u
 cd "$(dirname "$0")/.."
@@ -61,6 +64,15 @@ for job in "$@"; do
            --output-len 64 --concurrency 1,16 --profile-steps 0)
         bench overlap-k4-h200x1-on 1 "${KIMI[@]}" "${O[@]}"
         K25_NO_OVERLAP=1 bench overlap-k4-h200x1-off 1 "${KIMI[@]}" "${O[@]}"
+        ;;
+    x8)
+        X=(--set run.ctx_size=4096 --input-len 1024 --output-len 128)
+        bench k61-h200x8-tp8 8 "${KIMI[@]}" "${X[@]}" --concurrency 1,2,4,8,16,32,64,128,256 \
+            --profile-steps 3 --plot "$OUT/k61-h200x8-tp8.png"
+        ./k25-mkeagle --config config/kimi_k25.ini --synthetic 5 --intermediate 12288 \
+            --aux-layers 2,30,58 --out /tmp/k25-eagle-k61 2>>"$OUT/bench.log" || echo "k25-mkeagle failed"
+        bench spec-k61-h200x8-tp8 8 "${KIMI[@]}" "${X[@]}" --concurrency 1,4,16,64,256 \
+            --spec-draft eagle3:/tmp/k25-eagle-k61 --spec-k 3 --spec-accept 0.7,0.8 --profile-steps 0
         ;;
     *) echo "unknown job $job"; exit 2 ;;
     esac
