@@ -468,9 +468,12 @@ static void print_desc(const run_desc *r, const bench_args *a, const k25_config 
            "%d x concurrency requests per level, all sent at t=0, seed %llu\n",
            a->input_len, a->output_len, a->range_ratio, a->prompts_factor,
            (unsigned long long)a->seed);
-    printf("# engine: ctx %d, kv_block %d, prefill_chunk %d, sampling temp %g top_k %d top_p %g\n",
+    printf("# engine: ctx %d, kv_block %d, prefill_chunk %d, sampling temp %g top_k %d top_p %g%s\n",
            c->ctx_size, c->kv_block, c->prefill_chunk, (double)c->temp, c->sample_top_k,
-           (double)c->sample_top_p);
+           (double)c->sample_top_p,
+           r->pp > 1 ? (c->pp_async ? ", pipelined steps (one sequence group per stage)"
+                                    : ", steps through the stages one at a time")
+                     : "");
     printf("# metrics: TTFT first token - send; TPOT (E2E - TTFT) / (out - 1); ITL gap between "
            "tokens; E2E last token - send; ms; p50 = median\n");
     fflush(stdout);
@@ -653,6 +656,8 @@ static k25_engine *new_engine(k25_model *m, const k25_config *c, int conc, int p
     o.max_seqs = model_slots;
     o.max_rows = conc * rows_per_seq + c->prefill_chunk;
     o.prefill_first = prefill_first;
+    // the breakdown times steps of every sequence together: no pipelined groups there
+    if (prefill_first) o.pp_async = 0;
     k25_engine *e = engine_create(m, c, &o, err);
     if (!e) K25_DIE("%s", err);
     return e;
@@ -863,6 +868,7 @@ static char *level_json(const level_result *r, const run_desc *d, const bench_ar
     cJSON_AddNumberToObject(o, "ctx_size", c->ctx_size);
     cJSON_AddNumberToObject(o, "kv_block", c->kv_block);
     cJSON_AddNumberToObject(o, "prefill_chunk", c->prefill_chunk);
+    if (d->pp > 1) cJSON_AddNumberToObject(o, "pp_async", c->pp_async);
     cJSON_AddNumberToObject(o, "input_len", a->input_len);
     cJSON_AddNumberToObject(o, "output_len", a->output_len);
     cJSON_AddNumberToObject(o, "range_ratio", a->range_ratio);

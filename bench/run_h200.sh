@@ -3,7 +3,8 @@
 # shapes, synthetic weights) on one or two H200s. Each job writes NAME.jsonl (one JSON object
 # per level) and NAME.md (the console table with its '#' description) into $OUT.
 #
-#   bench/run_h200.sh pipeline   # 4 layers: 1 GPU, TP2, TP1 x PP2 across concurrency (2 GPUs)
+#   bench/run_h200.sh pipeline   # 4 layers: 1 GPU, TP2, TP1 x PP2 (pipelined steps and one
+#                                #   stage at a time) across concurrency (2 GPUs)
 #   bench/run_h200.sh spec       # 4 layers, TP2: plain vs an EAGLE-3 head at Kimi dimensions,
 #                                #   controlled acceptance alpha in {0.5, 0.7, 0.8, 0.9}
 #   bench/run_h200.sh tp8sim     # all 61 layers as one TP8 rank's share on one GPU (run.sim_tp)
@@ -39,6 +40,7 @@ for job in "$@"; do
         bench pp-k4-h200x1-tp1 1 "${KIMI[@]}" "${W[@]}"
         bench pp-k4-h200x2-tp2 2 "${KIMI[@]}" "${W[@]}"
         bench pp-k4-h200x2-tp1pp2 2 "${KIMI[@]}" "${W[@]}" --pp 2
+        bench pp-k4-h200x2-tp1pp2-sync 2 "${KIMI[@]}" "${W[@]}" --pp 2 --set run.pp_async=0
         ;;
     spec)
         # aux layers 0, 1, 2: the published heads read early, middle and late layers (2, L/2,

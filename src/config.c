@@ -752,7 +752,7 @@ int config_validate(const k25_config *c, char *err) {
         {"model.n_shared_experts", c->n_shared}, {"run.n_predict", c->n_predict},
         {"run.top_k", c->sample_top_k},          {"run.threads", c->threads},
         {"run.kv_cache_mb", c->kv_cache_mb},     {"run.tp", c->tp},
-        {"run.sim_tp", c->sim_tp},
+        {"run.sim_tp", c->sim_tp},       {"run.pp_async", c->pp_async},
     };
     for (size_t i = 0; i < sizeof nonneg / sizeof nonneg[0]; i++)
         if (nonneg[i].v < 0)

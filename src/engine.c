@@ -14,7 +14,15 @@ typedef struct req_state {
     int ignore_eos;
     int slot;                // sequence slot while running, -1 otherwise
     int n_fed;               // prompt tokens already through the model
+    int group;               // its sequence group while running (pipelined steps)
 } req_state;
+
+// A group's step whose sampled tokens are still on their way from the last stage.
+typedef struct pending_step {
+    int ns;                  // sampled rows (0: nothing in flight)
+    MPI_Request req;
+    int32_t *out, *req_id;   // [max_rows] tokens, and the request each one is for
+} pending_step;
 
 struct k25_engine {
     k25_model *m;
@@ -46,6 +54,15 @@ struct k25_engine {
     k25_spec_seq *sseq;                   // [max_batch]
     int32_t *sseq_entry;                  // [max_batch] its first sample entry
     k25_spec_obs *sobs;                   // [max_batch]
+
+    // Pipelined steps (run.pp_async with pipeline stages): the running sequences form one group
+    // per stage and step n runs group n % n_groups, first collecting the tokens of that group's
+    // previous step. A stage thus starts the next group while the later stages finish this one
+    // (a group's own steps cannot overlap: each decode step feeds the token the previous one
+    // sampled).
+    int n_groups;                         // 1: every step runs every sequence
+    int *group_n;                         // [n_groups] running sequences per group
+    pending_step *pend;                   // [n_groups]
 };
 
 // ------------------------------------------------------------------------------------------
@@ -60,6 +77,7 @@ void engine_opts_from_config(const k25_config *cfg, k25_engine_opts *o) {
     o->kv_block = cfg->kv_block;
     o->ctx_size = cfg->ctx_size;
     o->n_blocks = 0;
+    o->pp_async = cfg->pp_async;
 }
 
 void engine_model_opts(const k25_engine_opts *o, k25_model_opts *mo) {
@@ -126,11 +144,27 @@ k25_engine *engine_create(k25_model *m, const k25_config *cfg, const k25_engine_
     e->sample_req = k25_calloc(R, sizeof(int32_t));
     e->params = k25_calloc(R, sizeof(k25_sampling));
     e->out = k25_calloc(R, sizeof(int32_t));
+    int stages = model_n_stages(m);
+    e->n_groups = o->pp_async && stages > 1 ? stages : 1;
+    e->group_n = k25_calloc(e->n_groups, sizeof(int));
+    e->pend = k25_calloc(e->n_groups, sizeof(pending_step));
+    for (int g = 0; g < e->n_groups; g++) {
+        e->pend[g].req = MPI_REQUEST_NULL;
+        e->pend[g].out = k25_calloc(R, sizeof(int32_t));
+        e->pend[g].req_id = k25_calloc(R, sizeof(int32_t));
+    }
     return e;
 }
 
 void engine_free(k25_engine *e) {
     if (!e) return;
+    for (int g = 0; g < e->n_groups; g++) { // tokens still in flight: let the broadcast finish
+        if (e->pend[g].ns) MPI_CHECK(MPI_Wait(&e->pend[g].req, MPI_STATUS_IGNORE));
+        free(e->pend[g].out);
+        free(e->pend[g].req_id);
+    }
+    free(e->pend);
+    free(e->group_n);
     for (int i = 0; i < e->n_req; i++) {
         free(e->req[i]->prompt);
         free(e->req[i]->rec.tokens);
@@ -211,6 +245,7 @@ int engine_submit(k25_engine *e, const k25_request *r, char *err) {
 int engine_busy(const k25_engine *e) { return e->n_run > 0 || e->next_admit < e->n_req; }
 int engine_n_requests(const k25_engine *e) { return e->n_req; }
 long engine_steps(const k25_engine *e) { return e->steps; }
+int engine_groups(const k25_engine *e) { return e->n_groups; }
 const k25_step_info *engine_last_step(const k25_engine *e) { return &e->last; }
 const k25_kvcache *engine_cache(const k25_engine *e) { return &e->kv; }
 
@@ -233,6 +268,10 @@ static void admit(k25_engine *e, double now) {
         e->slot_busy[slot] = 1;
         s->slot = slot;
         s->n_fed = 0;
+        s->group = 0; // the group with the fewest running sequences
+        for (int g = 1; g < e->n_groups; g++)
+            if (e->group_n[g] < e->group_n[s->group]) s->group = g;
+        e->group_n[s->group]++;
         s->rec.t_admit = now;
         s->rec.admit_step = e->steps;
         e->run[e->n_run++] = e->next_admit++;
@@ -296,6 +335,14 @@ void engine_set_spec(k25_engine *e, k25_spec *sp) {
     if (e->spec) spec_detach(e->spec);
     e->spec = sp;
     if (!sp) return;
+    // Verification steps take every sequence through all stages (drafts and captured hidden
+    // states need the target's step whole): no pipelined groups.
+    if (e->n_groups > 1) {
+        K25_CHECK(e->steps == 0 && e->n_run == 0, "engine: speculative decoding must be set "
+                  "before the first step");
+        for (int g = 1; g < e->n_groups; g++) free(e->pend[g].out), free(e->pend[g].req_id);
+        e->n_groups = 1;
+    }
     if (!e->sseq) {
         e->sseq = k25_calloc(e->o.max_batch, sizeof *e->sseq);
         e->sseq_entry = k25_calloc(e->o.max_batch, sizeof(int32_t));
@@ -365,21 +412,51 @@ static void spec_observe_step(k25_engine *e, int T) {
 // The step (continued)
 // ------------------------------------------------------------------------------------------
 
+// Drops finished sequences from the running list, keeping admission order.
+static void drop_finished(k25_engine *e) {
+    int k = 0;
+    for (int i = 0; i < e->n_run; i++) {
+        req_state *s = e->req[e->run[i]];
+        if (s->slot >= 0)
+            e->run[k++] = e->run[i];
+        else
+            e->group_n[s->group]--;
+    }
+    e->n_run = k;
+}
+
+// The tokens of group g's previous step (pipelined steps), handed out.
+static void collect(k25_engine *e, int g) {
+    pending_step *p = &e->pend[g];
+    if (!p->ns) return;
+    MPI_CHECK(MPI_Wait(&p->req, MPI_STATUS_IGNORE));
+    double now = k25_now_ms();
+    for (int j = 0; j < p->ns; j++) hand_out(e, e->req[p->req_id[j]], p->out[j], now);
+    p->ns = 0;
+    drop_finished(e);
+}
+
 int engine_step(k25_engine *e) {
+    const int g = (int)(e->steps % e->n_groups), grouped = e->n_groups > 1;
+    if (grouped) collect(e, g);
     double t_start = k25_now_ms();
     admit(e, t_start);
     if (e->n_run == 0) return 0;
 
-    // Decode rows first: one per sequence past its prompt, feeding its last token.
+    // Decode rows first: one per sequence past its prompt, feeding its last token. With
+    // pipelined steps only the sequences of group g take part.
     int T = 0, ns = 0, n_decode = 0, n_prefill_seqs = 0, hold = 0;
     if (e->o.prefill_first)
         for (int i = 0; i < e->n_run; i++)
-            if (e->req[e->run[i]]->n_fed < e->req[e->run[i]]->rec.n_prompt) hold = 1;
+            if (e->req[e->run[i]]->n_fed < e->req[e->run[i]]->rec.n_prompt &&
+                e->req[e->run[i]]->group == g)
+                hold = 1;
     // With speculative decoding the drafts follow, each a sampled row too (RNG counter: the
     // index of the token it decides).
     int n_spec = e->spec && !hold ? spec_draft_step(e) : 0, si = 0;
     for (int i = 0; i < e->n_run && !hold; i++) {
         req_state *s = e->req[e->run[i]];
+        if (s->group != g) continue;
         if (s->n_fed < s->rec.n_prompt || s->rec.n_tokens == 0) continue;
         int pos = s->rec.n_prompt + s->rec.n_tokens - 1;
         const k25_spec_seq *q = n_spec ? &e->sseq[si] : NULL;
@@ -401,6 +478,7 @@ int engine_step(k25_engine *e) {
     if (budget > e->o.max_rows - T) budget = e->o.max_rows - T;
     for (int i = 0; i < e->n_run && budget > 0; i++) {
         req_state *s = e->req[e->run[i]];
+        if (s->group != g) continue;
         int left = s->rec.n_prompt - s->n_fed;
         if (left == 0) continue;
         int k = left < budget ? left : budget;
@@ -411,6 +489,11 @@ int engine_step(k25_engine *e) {
         n_prefill_seqs++;
         // The last prompt row predicts the first generated token.
         if (s->n_fed == s->rec.n_prompt) add_sample(e, &ns, T - 1, s);
+    }
+    if (T == 0 && grouped) { // group g holds no sequence now; the others go on
+        e->last = (k25_step_info){.n_running = e->n_run, .n_waiting = e->n_req - e->next_admit};
+        e->steps++;
+        return 1;
     }
     K25_CHECK(T > 0, "engine: %d running sequences but no row to run", e->n_run);
 
@@ -426,7 +509,14 @@ int engine_step(k25_engine *e) {
     float *logits = n_spec && spec_needs_logits(e->spec, e->sseq, n_spec)
                         ? spec_logits_buffer(e->spec, ns) : NULL;
     double t0 = k25_now_ms();
-    model_step(e->m, &b, e->sample_rows, ns, e->params, e->out, logits);
+    if (grouped) { // the tokens are collected when group g's turn comes again
+        pending_step *p = &e->pend[g];
+        memcpy(p->req_id, e->sample_req, sizeof(int32_t) * (size_t)ns);
+        model_step_issue(e->m, &b, e->sample_rows, ns, e->params, p->out, &p->req);
+        p->ns = ns;
+    } else {
+        model_step(e->m, &b, e->sample_rows, ns, e->params, e->out, logits);
+    }
     double now = k25_now_ms();
 
     e->last = (k25_step_info){
@@ -439,14 +529,13 @@ int engine_step(k25_engine *e) {
         .ms = now - t0,
     };
 
-    for (int i = 0; i < n_spec; i++) spec_hand_out(e, i, logits, now);
-    for (int j = n_spec_entries; j < ns; j++) hand_out(e, e->req[e->sample_req[j]], e->out[j], now);
-    if (e->spec) spec_observe_step(e, T);
-    // Drop finished sequences, keeping admission order.
-    int k = 0;
-    for (int i = 0; i < e->n_run; i++)
-        if (e->req[e->run[i]]->slot >= 0) e->run[k++] = e->run[i];
-    e->n_run = k;
+    if (!grouped) {
+        for (int i = 0; i < n_spec; i++) spec_hand_out(e, i, logits, now);
+        for (int j = n_spec_entries; j < ns; j++)
+            hand_out(e, e->req[e->sample_req[j]], e->out[j], now);
+        if (e->spec) spec_observe_step(e, T);
+        drop_finished(e);
+    }
     e->steps++;
     return 1;
 }

@@ -61,6 +61,8 @@ typedef struct k25_engine_opts {
     int n_blocks;            // cache blocks; 0: model_n_blocks()
     int prefill_first;       // no decode rows while an admitted sequence is still prefilling:
                              // benches use it to reach a full batch of decode rows
+    int pp_async;            // with pipeline stages: one sequence group per stage, the stages
+                             // working on different groups at once (run.pp_async)
 } k25_engine_opts;
 
 // What one step did (for benches and tests).
@@ -78,7 +80,8 @@ typedef struct k25_step_info {
 extern "C" {
 #endif
 
-// Engine options from the [run] section (max_batch, prefill_chunk, kv_block_size, ctx_size);
+// Engine options from the [run] section (max_batch, prefill_chunk, kv_block_size, ctx_size,
+// pp_async);
 // max_rows = max_batch + prefill_chunk.
 void engine_opts_from_config(const k25_config *cfg, k25_engine_opts *o);
 // The model options an engine with these options needs (max_seqs = max(max_seqs, max_batch),
@@ -107,6 +110,8 @@ int engine_n_requests(const k25_engine *e);
 const k25_seq_record *engine_record(const k25_engine *e, int id);
 const k25_step_info *engine_last_step(const k25_engine *e);
 long engine_steps(const k25_engine *e);
+// Sequence groups whose steps overlap across pipeline stages (1: none; see pp_async).
+int engine_groups(const k25_engine *e);
 const k25_kvcache *engine_cache(const k25_engine *e);
 
 // Speculative decoding (spec.h) from the next step on, NULL: off. Every decoding sequence gets

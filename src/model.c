@@ -405,13 +405,8 @@ static void run_micro_batch(k25_model *m, const k25_batch *b, int r0, int r1,
     }
 }
 
-void model_step(k25_model *m, const k25_batch *b, const int32_t *sample_rows, int n_sample,
-                const k25_sampling *params, int32_t *out, float *logits_out) {
-    const k25_config *c = m->cfg;
-    k25_backend *be = m->be;
-    k25_weights *w = m->w;
-    const k25_dist *d = m->dist;
-    int pp = m->n_stages;
+static void check_step(const k25_model *m, const k25_batch *b, const int32_t *sample_rows,
+                       int n_sample) {
     if (b->T <= 0 || b->T > m->opts.max_rows)
         K25_DIE("model_step: %d rows (this model was created for at most %d)", b->T,
                 m->opts.max_rows);
@@ -420,6 +415,39 @@ void model_step(k25_model *m, const k25_batch *b, const int32_t *sample_rows, in
     for (int i = 0; i < n_sample; i++)
         if (sample_rows[i] < 0 || sample_rows[i] >= b->T)
             K25_DIE("model_step: sample row %d of %d", sample_rows[i], b->T);
+}
+
+// lm_head and sampling on the last stage: the sampled rows (final-normed into hf) become the
+// batch.
+static void sample_last_stage(k25_model *m, const k25_batch *b, const int32_t *sample_rows,
+                              int n_sample, const k25_sampling *params, int32_t *out,
+                              float *logits_out) {
+    k25_backend *be = m->be;
+    k25_weights *w = m->w;
+    be->matmul(be, m->hf, &w->lm_head, n_sample, m->logits);
+    for (int i = 0; i < n_sample; i++) {
+        m->s_tokens[i] = b->tokens[sample_rows[i]];
+        m->s_pos[i] = b->pos[sample_rows[i]];
+        m->s_seq[i] = b->seq[sample_rows[i]];
+    }
+    k25_batch sb = *b;
+    sb.T = n_sample;
+    sb.tokens = m->s_tokens;
+    sb.pos = m->s_pos;
+    sb.seq = m->s_seq;
+    be->set_batch(be, &sb);
+    be->sample(be, m->logits, w->vocab_begin, w->vocab_local, params, out);
+    if (logits_out)
+        for (int i = 0; i < n_sample; i++)
+            be->gather_logits(be, m->logits, w->vocab_local, i,
+                              logits_out + (size_t)i * m->cfg->vocab);
+}
+
+void model_step(k25_model *m, const k25_batch *b, const int32_t *sample_rows, int n_sample,
+                const k25_sampling *params, int32_t *out, float *logits_out) {
+    const k25_dist *d = m->dist;
+    int pp = m->n_stages;
+    check_step(m, b, sample_rows, n_sample);
 
     // ---- the layers: one micro-batch per stage, in order (one in all without a pipeline) ----
     int n_mb = 1;
@@ -431,29 +459,25 @@ void model_step(k25_model *m, const k25_batch *b, const int32_t *sample_rows, in
     if (pp > 1 && m->n_cap) share_captures(m, b->T);
     if (n_sample == 0) return;
 
-    // ---- lm_head and sampling on the last stage: the sampled rows become the batch ----
-    if (m->last_stage) {
-        be->matmul(be, m->hf, &w->lm_head, n_sample, m->logits);
-        for (int i = 0; i < n_sample; i++) {
-            m->s_tokens[i] = b->tokens[sample_rows[i]];
-            m->s_pos[i] = b->pos[sample_rows[i]];
-            m->s_seq[i] = b->seq[sample_rows[i]];
-        }
-        k25_batch sb = *b;
-        sb.T = n_sample;
-        sb.tokens = m->s_tokens;
-        sb.pos = m->s_pos;
-        sb.seq = m->s_seq;
-        be->set_batch(be, &sb);
-        be->sample(be, m->logits, w->vocab_begin, w->vocab_local, params, out);
-        if (logits_out)
-            for (int i = 0; i < n_sample; i++)
-                be->gather_logits(be, m->logits, w->vocab_local, i,
-                                  logits_out + (size_t)i * c->vocab);
-    }
+    if (m->last_stage) sample_last_stage(m, b, sample_rows, n_sample, params, out, logits_out);
     // ---- every stage gets the tokens (and the logits) of the last one ----
     if (pp > 1) {
         MPI_CHECK(MPI_Bcast(out, n_sample, MPI_INT32_T, pp - 1, d->pp));
-        if (logits_out) bcast_stages(d, logits_out, (size_t)n_sample * c->vocab, pp - 1);
+        if (logits_out) bcast_stages(d, logits_out, (size_t)n_sample * m->cfg->vocab, pp - 1);
     }
 }
+
+void model_step_issue(k25_model *m, const k25_batch *b, const int32_t *sample_rows,
+                      int n_sample, const k25_sampling *params, int32_t *out,
+                      MPI_Request *tokens) {
+    check_step(m, b, sample_rows, n_sample);
+    K25_CHECK(!m->n_cap, "model_step_issue: hidden-state captures need model_step");
+    *tokens = MPI_REQUEST_NULL;
+    run_micro_batch(m, b, 0, b->T, sample_rows, n_sample);
+    if (n_sample == 0) return;
+    if (m->last_stage) sample_last_stage(m, b, sample_rows, n_sample, params, out, NULL);
+    if (m->n_stages > 1)
+        MPI_CHECK(MPI_Ibcast(out, n_sample, MPI_INT32_T, m->n_stages - 1, m->dist->pp, tokens));
+}
+
+int model_n_stages(const k25_model *m) { return m->n_stages; }

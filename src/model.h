@@ -35,6 +35,17 @@ int model_n_blocks(const k25_model *m);
 void model_step(k25_model *m, const k25_batch *b, const int32_t *sample_rows, int n_sample,
                 const k25_sampling *params, int32_t *out, float *logits_out);
 
+// The same step for stages that overlap consecutive steps: this rank's stage runs the whole
+// batch (no micro-batches) and returns; the sampled tokens reach out[n_sample] on every rank
+// when *tokens completes (MPI_Wait), so a stage can start the next step (another group of
+// sequences) while the later stages still work on this one. out must stay untouched until
+// then. Not with hidden-state captures.
+void model_step_issue(k25_model *m, const k25_batch *b, const int32_t *sample_rows,
+                      int n_sample, const k25_sampling *params, int32_t *out,
+                      MPI_Request *tokens);
+// Pipeline stages of the model's world (1: none).
+int model_n_stages(const k25_model *m);
+
 // Hidden state (input of layer `layer`, i.e. after layer-1) of the last step's rows, captured
 // for EAGLE-3 drafts: model_capture_layers() selects up to 3 layers before a step.
 void model_capture_layers(k25_model *m, const int *layers, int n);

@@ -220,10 +220,12 @@ static void run_steps(const char *what, k25_model *ref, k25_model *m, const k25_
 
 enum { N_REQ = 7 };
 
-static void run_engine(k25_model *m, const k25_config *c, int32_t out[N_REQ][16], int *n_out) {
+// pp_async: with pipeline stages, one sequence group per stage in flight at once.
+static void run_engine(k25_model *m, const k25_config *c, int pp_async, int32_t out[N_REQ][16],
+                       int *n_out) {
     char err[K25_ERR_LEN] = "";
     k25_engine_opts o = {.max_batch = MAX_SEQS, .prefill_chunk = 7, .max_rows = 11,
-                         .kv_block = KV_BLOCK, .ctx_size = CTX};
+                         .kv_block = KV_BLOCK, .ctx_size = CTX, .pp_async = pp_async};
     k25_engine *e = engine_create(m, c, &o, err);
     CHECK(e != NULL, "engine_create: %s", err);
     if (!e) return;
@@ -237,6 +239,10 @@ static void run_engine(k25_model *m, const k25_config *c, int32_t out[N_REQ][16]
                          .ignore_eos = 1};
         CHECK(engine_submit(e, &r, err) == i, "submit %d: %s", i, err);
     }
+    int stages = model_n_stages(m);
+    CHECK(engine_groups(e) == (pp_async && stages > 1 ? stages : 1),
+          "engine: %d sequence groups with pp_async %d and %d stages", engine_groups(e), pp_async,
+          stages);
     engine_run(e);
     for (int i = 0; i < N_REQ; i++) {
         const k25_seq_record *rec = engine_record(e, i);
@@ -316,24 +322,28 @@ static void check_split(k25_dist *d, const k25_config *base, k25_instance *ref, 
         instance_close(&whole);
     }
 
-    // ---- the engine ----
+    // ---- the engine, with the stages running one step at a time and pipelined ----
     static int32_t want[N_REQ][16], got[N_REQ][16];
     int n_want[N_REQ], n_got[N_REQ];
-    run_engine(ref->m, &c, want, n_want);
-    run_engine(in.m, &c, got, n_got);
-    for (int i = 0; i < N_REQ; i++) {
-        int k = 0;
-        while (k < n_got[i] && k < n_want[i] && got[i][k] == want[i][k]) k++;
-        CHECK(k == n_want[i] && k == n_got[i], "%s: engine request %d: %d tokens, reference %d, "
-              "first difference at %d", what, i, n_got[i], n_want[i], k);
+    run_engine(ref->m, &c, 0, want, n_want);
+    for (int pp_async = 0; pp_async <= (pp > 1); pp_async++) {
+        const char *mode = pp_async ? " (pipelined steps)" : "";
+        run_engine(in.m, &c, pp_async, got, n_got);
+        for (int i = 0; i < N_REQ; i++) {
+            int k = 0;
+            while (k < n_got[i] && k < n_want[i] && got[i][k] == want[i][k]) k++;
+            CHECK(k == n_want[i] && k == n_got[i], "%s%s: engine request %d: %d tokens, "
+                  "reference %d, first difference at %d", what, mode, i, n_got[i], n_want[i], k);
+        }
+        // Every rank holds the same tokens.
+        uint64_t h = 1469598103934665603ull;
+        for (int i = 0; i < N_REQ; i++)
+            for (int j = 0; j < n_got[i]; j++) h = (h ^ (uint64_t)got[i][j]) * 1099511628211ull;
+        uint64_t h0 = h;
+        MPI_CHECK(MPI_Bcast(&h0, 1, MPI_UINT64_T, 0, d->world));
+        CHECK(h0 == h, "%s%s: rank %d's engine tokens differ from rank 0's", what, mode,
+              d->world_rank);
     }
-    // Every rank holds the same tokens.
-    uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i < N_REQ; i++)
-        for (int j = 0; j < n_got[i]; j++) h = (h ^ (uint64_t)got[i][j]) * 1099511628211ull;
-    uint64_t h0 = h;
-    MPI_CHECK(MPI_Bcast(&h0, 1, MPI_UINT64_T, 0, d->world));
-    CHECK(h0 == h, "%s: rank %d's engine tokens differ from rank 0's", what, d->world_rank);
 
     instance_close(&in);
     if (d->world_rank == 0) printf("  %s: ok so far (%d failures)\n", what, test_failures);
