@@ -5,7 +5,9 @@
 # (W4A16 MoE, MLA decode attention, NCCL all-reduce), writing every log and JSON file flat into
 # ${OUT:-/tmp/k25out} (at most 8 files), and ends with a short summary table.
 #
-#   scripts/gpu_check.sh            # build + tests + benches (< 9 minutes on one H200)
+#   scripts/gpu_check.sh            # build + tests + benches (the compute-sanitizer section
+#                                   # takes most of the time; K25_NO_SANITIZER=1 skips it)
+#   K25_GPU_ONLY=REGEX ...          # only the test checks whose names match
 #   K25_NO_BUILD=1 BUILD=dir ...    # use binaries already built in dir (and ./k25dec)
 #   K25_QUICK=1 ...                 # shorter benchmark sweeps
 # NVLink multicast stays off: NCCL_NVLS_ENABLE is left as the environment sets it.
