@@ -55,7 +55,7 @@ int main(int argc, char **argv) {
                 fill_bf16_kernel<<<64, 256, 0, s>>>(xb, n, (float)(rank + 1));
             else
                 fill_kernel<<<64, 256, 0, s>>>(xf, n, (float)(rank + 1));
-            NCCL_OK(ncclAllReduce(buf, buf, n, type, ncclSum, comm, s));
+            NCCL_CHECK(ncclAllReduce(buf, buf, n, type, ncclSum, comm, s));
             CUDA_CHECK(cudaStreamSynchronize(s));
             std::vector<float> h(n);
             if (dt) {
@@ -70,7 +70,7 @@ int main(int argc, char **argv) {
             for (size_t i = 0; i < n; i++) wrong += h[i] != want;
             MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
             // outside a graph: one call per timed interval, after warm-up
-            for (int i = 0; i < 5; i++) NCCL_OK(ncclAllReduce(buf, buf, n, type, ncclSum, comm, s));
+            for (int i = 0; i < 5; i++) NCCL_CHECK(ncclAllReduce(buf, buf, n, type, ncclSum, comm, s));
             CUDA_CHECK(cudaStreamSynchronize(s));
             cudaEvent_t a, b;
             CUDA_CHECK(cudaEventCreate(&a));
@@ -79,7 +79,7 @@ int main(int argc, char **argv) {
             for (int i = 0; i < iters; i++) {
                 MPI_Barrier(MPI_COMM_WORLD);
                 CUDA_CHECK(cudaEventRecord(a, s));
-                NCCL_OK(ncclAllReduce(buf, buf, n, type, ncclSum, comm, s));
+                NCCL_CHECK(ncclAllReduce(buf, buf, n, type, ncclSum, comm, s));
                 CUDA_CHECK(cudaEventRecord(b, s));
                 CUDA_CHECK(cudaEventSynchronize(b));
                 float ms;
@@ -89,7 +89,7 @@ int main(int argc, char **argv) {
             double us = median(t);
             MPI_Barrier(MPI_COMM_WORLD);
             double us_g = time_graph_us(s, inner, iters, [&](int) {
-                NCCL_OK(ncclAllReduce(buf, buf, n, type, ncclSum, comm, s));
+                NCCL_CHECK(ncclAllReduce(buf, buf, n, type, ncclSum, comm, s));
             });
             MPI_Allreduce(MPI_IN_PLACE, &us, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
             MPI_Allreduce(MPI_IN_PLACE, &us_g, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);

@@ -118,7 +118,7 @@ int main(int argc, char **argv) {
             fill_random<<<1024, 256, 0, s>>>(x, n, 300 + rank + 17 * mi);
             CUDA_CHECK(cudaMemcpyAsync(y, x, n * 4, cudaMemcpyDeviceToDevice, s));
             if (oneshot_allreduce_f32(os, x, n, s)) K25_DIE("one-shot refused %zu values", n);
-            NCCL_OK(ncclAllReduce(y, y, n, ncclFloat32, ncclSum, comm, s));
+            NCCL_CHECK(ncclAllReduce(y, y, n, ncclFloat32, ncclSum, comm, s));
             CUDA_CHECK(cudaStreamSynchronize(s));
             std::vector<float> a(n), b(n);
             CUDA_CHECK(cudaMemcpy(a.data(), x, n * 4, cudaMemcpyDeviceToHost));
@@ -131,7 +131,7 @@ int main(int argc, char **argv) {
 
             MPI_Barrier(MPI_COMM_WORLD);
             const double t_nccl = max_over_ranks(time_graph_us(s, inner, iters, [&](int) {
-                NCCL_OK(ncclAllReduce(nbuf, nbuf, n, type, ncclSum, comm, s));
+                NCCL_CHECK(ncclAllReduce(nbuf, nbuf, n, type, ncclSum, comm, s));
             }));
             MPI_Barrier(MPI_COMM_WORLD);
             const double t_os = max_over_ranks(time_graph_us(s, inner, iters, [&](int) {
@@ -139,7 +139,7 @@ int main(int argc, char **argv) {
             }));
             MPI_Barrier(MPI_COMM_WORLD);
             const double t_nccl_norm = max_over_ranks(time_graph_us(s, inner, iters, [&](int) {
-                NCCL_OK(ncclAllReduce(bf16 ? (void *)xb : (void *)d, bf16 ? (void *)xb : (void *)d,
+                NCCL_CHECK(ncclAllReduce(bf16 ? (void *)xb : (void *)d, bf16 ? (void *)xb : (void *)d,
                                       n, type, ncclSum, comm, s));
                 k25k_add_rmsnorm(h, d, w, eps, M, D, out, s);
             }));

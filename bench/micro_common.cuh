@@ -134,15 +134,9 @@ static double bench_start_single_gpu(int argc, char **argv, cudaStream_t *s, int
 }
 
 // Multi-rank benchmarks (one MPI rank per GPU, NCCL): available when the including file has
-// included <mpi.h> and <nccl.h> first.
-#if defined(MPI_VERSION) && defined(NCCL_MAJOR)
+// included <mpi.h> first.
+#if defined(MPI_VERSION)
 #include <unistd.h>
-
-#define NCCL_OK(call)                                                                              \
-    do {                                                                                           \
-        ncclResult_t r_ = (call);                                                                  \
-        if (r_ != ncclSuccess) K25_DIE("NCCL error %s in %s", ncclGetErrorString(r_), #call);      \
-    } while (0)
 
 // MPI_Init, then this rank's GPU: its node-local rank modulo the GPUs it sees. --json is
 // opened on rank 0 only. Every rank prints its host, device, PCI bus and device name, in rank
@@ -178,10 +172,10 @@ static void bench_start_mpi_gpu(int *argc, char ***argv, int *rank, int *size) {
 // An NCCL communicator over MPI_COMM_WORLD (rank 0 makes the unique id).
 static ncclComm_t bench_nccl_world(int rank, int size) {
     ncclUniqueId id;
-    if (rank == 0) NCCL_OK(ncclGetUniqueId(&id));
+    if (rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
     MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
     ncclComm_t comm;
-    NCCL_OK(ncclCommInitRank(&comm, size, id, rank));
+    NCCL_CHECK(ncclCommInitRank(&comm, size, id, rank));
     return comm;
 }
 #endif

@@ -22,14 +22,6 @@
 #include "sampler.h"
 #include "upload.cuh"
 
-#define NCCL_CHECK(call)                                                                           \
-    do {                                                                                           \
-        ncclResult_t r_ = (call);                                                                  \
-        if (r_ != ncclSuccess)                                                                     \
-            k25_fatal(__FILE__, __LINE__, "NCCL error %d (%s) in %s: %s", (int)r_,                 \
-                      ncclGetErrorString(r_), #call, ncclGetLastError(NULL));                      \
-    } while (0)
-
 #define GIB (1024.0 * 1024.0 * 1024.0)
 #define MAX_GRAPHS 64
 #define MAX_ALLOCS 4096

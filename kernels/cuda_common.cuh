@@ -8,6 +8,7 @@
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <nccl.h>
 #include <stdint.h>
 
 #include "common.h"
@@ -23,6 +24,14 @@
         if (err_ != cudaSuccess)                                                                   \
             k25_fatal(__FILE__, __LINE__, "CUDA error %s (%s) in %s", cudaGetErrorName(err_),      \
                       cudaGetErrorString(err_), #call);                                            \
+    } while (0)
+
+#define NCCL_CHECK(call)                                                                           \
+    do {                                                                                           \
+        ncclResult_t r_ = (call);                                                                  \
+        if (r_ != ncclSuccess)                                                                     \
+            k25_fatal(__FILE__, __LINE__, "NCCL error %d (%s) in %s: %s", (int)r_,                 \
+                      ncclGetErrorString(r_), #call, ncclGetLastError(NULL));                      \
     } while (0)
 
 // Non-zero when K25_CUDA_SYNC=1: synchronize after every launch (slow, precise errors).

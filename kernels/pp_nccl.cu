@@ -12,14 +12,6 @@
 #include "backend.h"
 #include "pp_nccl.h"
 
-#define PP_NCCL_CHECK(call)                                                                        \
-    do {                                                                                           \
-        ncclResult_t r_ = (call);                                                                  \
-        if (r_ != ncclSuccess)                                                                     \
-            k25_fatal(__FILE__, __LINE__, "NCCL error %d (%s) in %s: %s", (int)r_,                 \
-                      ncclGetErrorString(r_), #call, ncclGetLastError(NULL));                      \
-    } while (0)
-
 // One attached backend: its pipeline communicator and stream, and its own destroy.
 typedef struct pp_link {
     k25_backend *be;
@@ -40,21 +32,21 @@ static pp_link *link_of(k25_backend *be) {
 static void nccl_pp_send(k25_backend *be, const float *x, size_t n, int stage) {
     pp_link *l = link_of(be);
     be->sync(be);
-    PP_NCCL_CHECK(ncclSend(x, n, ncclFloat32, stage, l->comm, l->stream));
+    NCCL_CHECK(ncclSend(x, n, ncclFloat32, stage, l->comm, l->stream));
     CUDA_CHECK(cudaStreamSynchronize(l->stream));
 }
 
 static void nccl_pp_recv(k25_backend *be, float *x, size_t n, int stage) {
     pp_link *l = link_of(be);
     be->sync(be);
-    PP_NCCL_CHECK(ncclRecv(x, n, ncclFloat32, stage, l->comm, l->stream));
+    NCCL_CHECK(ncclRecv(x, n, ncclFloat32, stage, l->comm, l->stream));
     CUDA_CHECK(cudaStreamSynchronize(l->stream));
 }
 
 static void nccl_pp_destroy(k25_backend *be) {
     pp_link *l = link_of(be);
     void (*destroy)(k25_backend *) = l->destroy;
-    PP_NCCL_CHECK(ncclCommDestroy(l->comm));
+    NCCL_CHECK(ncclCommDestroy(l->comm));
     CUDA_CHECK(cudaStreamDestroy(l->stream));
     memset(l, 0, sizeof *l);
     destroy(be);
@@ -70,9 +62,9 @@ extern "C" void pp_nccl_attach(k25_backend *be) {
     // The backend made its GPU current: the communicator and the stream live there.
     CUDA_CHECK(cudaStreamCreateWithFlags(&l->stream, cudaStreamNonBlocking));
     ncclUniqueId id;
-    if (d->pp_rank == 0) PP_NCCL_CHECK(ncclGetUniqueId(&id));
+    if (d->pp_rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
     MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, d->pp));
-    PP_NCCL_CHECK(ncclCommInitRank(&l->comm, d->pp_size, id, d->pp_rank));
+    NCCL_CHECK(ncclCommInitRank(&l->comm, d->pp_size, id, d->pp_rank));
     l->be = be;
     l->destroy = be->destroy;
     be->destroy = nccl_pp_destroy;

@@ -27,12 +27,6 @@
 #include "allreduce_oneshot.cuh"
 #include "dist.h"
 
-#define NCCL_CHECK(call)                                                                           \
-    do {                                                                                           \
-        ncclResult_t r_ = (call);                                                                  \
-        if (r_ != ncclSuccess) K25_DIE("NCCL error %s in %s", ncclGetErrorString(r_), #call);      \
-    } while (0)
-
 static k25_dist dist;
 static int rank_, nranks_;
 static int n_pass, n_fail;
