@@ -122,10 +122,11 @@ if [ -x "$K25" ]; then
             --set model.num_hidden_layers=$FULL_LAYERS --set run.ctx_size=1024 $* \
             --tokens 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16 -n 32 --temp 0 --print-ids \
             --dump-logits $tmp/$name.k25logits 2>&1 && python3 - $tmp/$name.k25logits $FULL_LAYERS <<'PY'
-import struct, sys, numpy as np
-d = open(sys.argv[1], 'rb').read(); v, n = struct.unpack_from('<II', d, 12)
-rows = [np.frombuffer(d, np.float32, v, 24 + i * (8 + 4 * v) + 8) for i in range(n)]
-bad = sum(int(not np.isfinite(r).all()) for r in rows)
+import sys, numpy as np
+sys.path.insert(0, 'tests/py')
+from k25logits import read
+d = read(sys.argv[1]); n = len(d.pos)
+bad = int((~np.isfinite(d.logits).all(axis=1)).sum())
 print(f'{n} logit rows, {bad} with NaN/Inf')
 sys.exit(1 if bad or n == 0 else 0)
 PY"

@@ -30,27 +30,19 @@ dec() { # np out args...
 # compare A.bin A.txt B.bin B.txt: same tokens, same dump rows, logits within 1e-5 relative.
 compare() {
     python3 - "$@" <<'EOF'
-import struct, sys
-def read(path):
-    b = open(path, 'rb').read()
-    assert b[:8] == b'K25LOGIT', path + ': bad magic'
-    ver, V, n, _ = struct.unpack('<4I', b[8:24])
-    assert len(b) == 24 + n * (8 + 4 * V), path + ': size does not match the header'
-    rows, o = [], 24
-    for _ in range(n):
-        pos, tok = struct.unpack('<ii', b[o:o + 8])
-        rows.append((pos, tok, struct.unpack('<%df' % V, b[o + 8:o + 8 + 4 * V])))
-        o += 8 + 4 * V
-    return rows
+import sys
+sys.path.insert(0, 'tests/py')
+import numpy as np
+from k25logits import read
 a, b = read(sys.argv[1]), read(sys.argv[3])
 ta, tb = open(sys.argv[2]).read().split(), open(sys.argv[4]).read().split()
 assert ta == tb, 'tokens differ: %s vs %s' % (ta, tb)
-assert len(a) > 0 and [r[:2] for r in a] == [r[:2] for r in b], 'dump rows differ'
-worst = 0.0
-for (_, _, x), (_, _, y) in zip(a, b):
-    worst = max(worst, max(abs(p - q) for p, q in zip(x, y)) / max(abs(v) for v in x))
+assert len(a.pos) > 0 and np.array_equal(a.pos, b.pos) and np.array_equal(a.tok, b.tok), \
+    'dump rows differ'
+x, y = a.logits.astype(np.float64), b.logits.astype(np.float64)
+worst = float((np.abs(x - y).max(axis=1) / np.abs(x).max(axis=1)).max())
 assert worst <= 1e-5, 'logits differ by %.3g of the row maximum' % worst
-print('  %s: %d tokens, %d rows, worst relative difference %.2e' % (sys.argv[3].split('/')[-1], len(tb), len(b), worst))
+print('  %s: %d tokens, %d rows, worst relative difference %.2e' % (sys.argv[3].split('/')[-1], len(tb), len(b.pos), worst))
 EOF
 }
 

@@ -25,38 +25,28 @@ dec() { # np out args...
 # and A's layout matches its printed tokens.
 compare_dumps() {
     python3 - "$@" "$PROMPT" <<'EOF'
-import struct, sys
-def read(path):
-    b = open(path, 'rb').read()
-    assert b[:8] == b'K25LOGIT', path + ': bad magic'
-    ver, V, n, res = struct.unpack('<4I', b[8:24])
-    assert ver == 1 and res == 0, path + ': bad header'
-    assert len(b) == 24 + n * (8 + 4 * V), path + ': size does not match the header'
-    rows, o = [], 24
-    for _ in range(n):
-        pos, tok = struct.unpack('<ii', b[o:o + 8])
-        rows.append((pos, tok, struct.unpack('<%df' % V, b[o + 8:o + 8 + 4 * V])))
-        o += 8 + 4 * V
-    return rows
+import sys
+sys.path.insert(0, 'tests/py')
+import numpy as np
+from k25logits import read
 a, b = read(sys.argv[1]), read(sys.argv[3])
+assert a.reserved == 0 and b.reserved == 0, 'bad header'
 ta = [int(x) for x in open(sys.argv[2]).read().split()]
 tb = [int(x) for x in open(sys.argv[4]).read().split()]
 prompt = [int(x) for x in sys.argv[5].split(',')]
 assert ta == tb, 'tokens differ: %s vs %s' % (ta, tb)
 fed = prompt + ta[:-1]
-assert [r[0] for r in a] == list(range(len(fed))), 'dump positions are not 0..%d' % (len(fed) - 1)
-assert [r[1] for r in a] == fed, 'dump tokens are not the prompt + the fed-back generated tokens'
-# the greedy token at each generated position is the argmax of the row before it
+assert a.pos.tolist() == list(range(len(fed))), 'dump positions are not 0..%d' % (len(fed) - 1)
+assert a.tok.tolist() == fed, 'dump tokens are not the prompt + the fed-back generated tokens'
+# the greedy token at each generated position is the argmax of the row before it (the first
+# index of the maximum)
 for i, t in enumerate(ta):
-    row = a[len(prompt) - 1 + i][2]
-    assert max(range(len(row)), key=lambda j: (row[j], -j)) == t, 'token %d is not the argmax' % i
-assert [(r[0], r[1]) for r in a] == [(r[0], r[1]) for r in b], 'dump rows differ'
-worst = 0.0
-for (_, _, x), (_, _, y) in zip(a, b):
-    scale = max(abs(v) for v in x)
-    worst = max(worst, max(abs(p - q) for p, q in zip(x, y)) / scale)
+    assert int(np.argmax(a.logits[len(prompt) - 1 + i])) == t, 'token %d is not the argmax' % i
+assert np.array_equal(a.pos, b.pos) and np.array_equal(a.tok, b.tok), 'dump rows differ'
+x, y = a.logits.astype(np.float64), b.logits.astype(np.float64)
+worst = float((np.abs(x - y).max(axis=1) / np.abs(x).max(axis=1)).max())
 assert worst <= 1e-5, 'logits differ by %.3g of the row maximum' % worst
-print('  %s vs %s: %d tokens, %d rows, worst relative difference %.2e' % (sys.argv[1].split('/')[-1], sys.argv[3].split('/')[-1], len(ta), len(a), worst))
+print('  %s vs %s: %d tokens, %d rows, worst relative difference %.2e' % (sys.argv[1].split('/')[-1], sys.argv[3].split('/')[-1], len(ta), len(a.pos), worst))
 EOF
 }
 

@@ -15,28 +15,11 @@ Prints the worst cosine, the mean relative L2 error and the number of matching t
 """
 
 import argparse
-import struct
 import sys
 
 import numpy as np
 
-
-def read(path):
-    data = open(path, "rb").read()
-    if data[:8] != b"K25LOGIT":
-        raise SystemExit(f"{path}: not a K25LOGIT file")
-    version, vocab, n_rows, _ = struct.unpack_from("<IIII", data, 8)
-    row = 8 + 4 * vocab
-    if version != 1 or len(data) != 24 + n_rows * row:
-        raise SystemExit(f"{path}: bad header or size")
-    pos, tok, logits = [], [], np.empty((n_rows, vocab), np.float32)
-    for i in range(n_rows):
-        off = 24 + i * row
-        p, t = struct.unpack_from("<ii", data, off)
-        pos.append(p)
-        tok.append(t)
-        logits[i] = np.frombuffer(data, np.float32, vocab, off + 8)
-    return vocab, np.array(pos), np.array(tok), logits
+import k25logits
 
 
 def main():
@@ -48,8 +31,13 @@ def main():
     ap.add_argument("--n-prompt", type=int, default=0, help="prompt length (0: from REF tokens)")
     ap.add_argument("--label", default="")
     a = ap.parse_args()
-    vr, pr, tr, lr = read(a.ref)
-    vg, pg, tg, lg = read(a.got)
+    try:
+        r, g = k25logits.read(a.ref), k25logits.read(a.got)
+    except (OSError, ValueError) as e:
+        print(f"FAIL {e}")
+        return 1
+    vr, pr, tr, lr = r.vocab, r.pos, r.tok, r.logits
+    vg, pg, tg, lg = g.vocab, g.pos, g.tok, g.logits
     label = a.label or a.got
     if vr != vg:
         print(f"FAIL {label}: vocab {vg} != {vr}")

@@ -20,31 +20,11 @@ Prints the measured maximum errors for the prompt rows and the generated rows.
 """
 
 import argparse
-import struct
 import sys
 
 import numpy as np
 
-MAGIC = b"K25LOGIT"
-
-
-def read_logits(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    if len(data) < 24 or data[:8] != MAGIC:
-        raise ValueError(f"{path}: not a K25LOGIT file")
-    version, vocab, n_rows, _ = struct.unpack_from("<IIII", data, 8)
-    if version != 1:
-        raise ValueError(f"{path}: version {version}, expected 1")
-    row_bytes = 8 + 4 * vocab
-    if len(data) != 24 + n_rows * row_bytes:
-        raise ValueError(f"{path}: {len(data)} bytes, expected {24 + n_rows * row_bytes} "
-                         f"for {n_rows} rows of vocab {vocab}")
-    rows = np.frombuffer(data, dtype=np.uint8, offset=24).reshape(n_rows, row_bytes)
-    head = rows[:, :8].copy().view("<i4")
-    logits = rows[:, 8:].copy().view("<f4").astype(np.float64)
-    return head[:, 0], head[:, 1], logits
-
+import k25logits
 
 def read_tokens(path):
     out = {}
@@ -71,8 +51,9 @@ def main():
 
     try:
         prompt, cont = read_tokens(a.tokens)
-        rpos, rtok, ref = read_logits(a.ref)
-        gpos, gtok, got = read_logits(a.got)
+        r, g = k25logits.read(a.ref), k25logits.read(a.got)
+        rpos, rtok, ref = r.pos, r.tok, r.logits.astype(np.float64)
+        gpos, gtok, got = g.pos, g.tok, g.logits.astype(np.float64)
     except (OSError, ValueError, KeyError) as e:
         print(f"{label}FAIL {e}")
         return 1
