@@ -398,10 +398,12 @@ static void describe(run_desc *r, const bench_args *a, const k25_config *c, cons
     }
     free(gpus);
 
-    char dir[PATH_MAX], q[PATH_MAX + 16], cmd[PATH_MAX + 64];
+    char dir[PATH_MAX], q[PATH_MAX + 16], cmd[PATH_MAX + 128];
     exe_dir(dir, sizeof dir);
     shell_quote(dir, q, sizeof q);
-    snprintf(cmd, sizeof cmd, "git -C %s rev-parse --short HEAD 2>/dev/null", q);
+    // "-dirty" when the tree that ran differs from its commit: the numbers then belong to
+    // uncommitted code
+    snprintf(cmd, sizeof cmd, "git -C %s describe --always --dirty --abbrev=7 2>/dev/null", q);
     if (run_line(cmd, r->git, sizeof r->git) != 0) snprintf(r->git, sizeof r->git, "unknown");
 
 #ifdef K25_CUDA

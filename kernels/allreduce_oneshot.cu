@@ -46,6 +46,15 @@
 // occupancy of each kernel (blocks per SM x SMs, or co-resident clusters), the minimum over the
 // ranks, computed at setup. A block that waits longer than the timeout records it in host memory
 // and traps, so a peer that stopped calling gives an error instead of a hang.
+//
+// Programmatic dependent launch (cuda_common.cuh): both kernels go through k25_launch, so their
+// blocks may be scheduled while the kernel before them in the stream still runs. k25_pdl_wait()
+// comes first in both, before the call counter and any flag, word or buffer of this rank or a
+// peer: the arguments above (the input is complete when it is copied or pushed; kernel e + 1
+// starts after kernel e completed) hold from the wait on. Residency is kept: a block scheduled
+// early only waits for the previous kernel, all of whose blocks have started already (the next
+// kernel is scheduled once every block of a grid has passed k25_pdl_trigger), so it never keeps
+// a block of an exchange from becoming resident.
 #include <cooperative_groups.h>
 #include <limits.h>
 #include <stdio.h>
@@ -391,6 +400,8 @@ template <class Wire, int NR, bool kAdd, bool kPush>
 __global__ void __launch_bounds__(OS_FLAT_THREADS)
     os_flat_kernel(const __grid_constant__ os_args a, const float *in, float *dst, size_t n,
                    int in_vec, int dst_vec) {
+    k25_pdl_trigger();
+    k25_pdl_wait(); // first of all: see "Programmatic dependent launch" at the top
     typedef xchg<Wire, NR, kPush> X;
     const uint32_t call = os_call(a);
     const size_t units = (n + 7) / 8;
@@ -464,6 +475,8 @@ __global__ void __launch_bounds__(OS_FUSED_THREADS)
     __shared__ float s_warp[OS_GROUP_ROWS][32];
     __shared__ float s_block[OS_GROUP_ROWS];
     __shared__ float s_rinv[OS_GROUP_ROWS];
+    k25_pdl_trigger();
+    k25_pdl_wait(); // first of all: see "Programmatic dependent launch" at the top
     const uint32_t call = os_call(a);
     const int C = (int)cluster.num_blocks(), cb = (int)cluster.block_rank();
     const int cid = (int)cluster_id_x(), ncl = (int)cluster_count_x();
@@ -929,9 +942,9 @@ static int run_flat(k25_oneshot *c, const float *in, float *dst, size_t n, bool 
     if (c->tune_flat) cap = std::min(c->tune_flat, c->flat_cap);
     const int blocks =
         (int)std::max<size_t>(1, std::min<size_t>(k25_cdiv(units, OS_FLAT_THREADS), cap));
-    flat_kernel(c->wire, c->nranks, add, push)<<<blocks, OS_FLAT_THREADS, 0, s>>>(
-        c->args, in, dst, n, aligned16(in), aligned16(dst));
-    K25_LAUNCH_CHECK(s, add ? "oneshot_allreduce_add" : "oneshot_allreduce_f32");
+    k25_launch(add ? "oneshot_allreduce_add" : "oneshot_allreduce_f32",
+               flat_kernel(c->wire, c->nranks, add, push), blocks, OS_FLAT_THREADS, 0, s, c->args,
+               in, dst, n, aligned16(in), aligned16(dst));
     return 0;
 }
 
@@ -965,17 +978,8 @@ extern "C" int oneshot_allreduce_add_rmsnorm(k25_oneshot *c, const float *d, flo
     const int threads = (int)std::min<int64_t>(
         OS_FUSED_THREADS, std::max<int64_t>(32, k25_cdiv(k25_cdiv(U, C), 32) * 32));
     const int vec = aligned16(d) && aligned16(h) && aligned16(out) && aligned16(w);
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = C, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
-    cfg.gridDim = dim3(ncl * C);
-    cfg.blockDim = dim3(threads);
-    cfg.stream = s;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, fused_kernel(c->wire, c->nranks, push), c->args, d, h, w,
-                                  eps, T, n, out, vec));
-    K25_LAUNCH_CHECK(s, "oneshot_allreduce_add_rmsnorm");
+    // C = 1: no cluster attribute, the implicit 1 x 1 x 1 clusters of a plain launch
+    k25_launch_cluster("oneshot_allreduce_add_rmsnorm", fused_kernel(c->wire, c->nranks, push),
+                       ncl * C, threads, 0, s, C, c->args, d, h, w, eps, T, n, out, vec);
     return 0;
 }

@@ -596,6 +596,23 @@ static void cuda_matmul(k25_backend *be, const float *x, const k25_tensor *W, in
     k25k_matmul(c->blas, x, wd, T, (int)W->rows, (int)W->cols, y, c->stream);
 }
 
+static void cuda_matmul2(k25_backend *be, const float *x, const k25_tensor *W1,
+                         const k25_tensor *W2, int T, float *y1, float *y2) {
+    cuda_impl *c = impl_of(be);
+    const uint16_t *w1 = bf16_dev(W1, -1), *w2 = bf16_dev(W2, -1);
+    if (W1->cols != W2->cols)
+        K25_DIE("matmul2: %s has %lld columns, %s %lld (one input for both)", W1->name,
+                (long long)W1->cols, W2->name, (long long)W2->cols);
+    // the cuBLASLt fallback converts x once into the workspace for both products
+    if (T > 0 && (size_t)T * W1->cols * 2 > k25k_blas_capacity(c->blas)) {
+        no_capture(c, "matmul workspace growth");
+        drop_graphs(c);
+        k25k_blas_reserve(c->blas, (size_t)T * W1->cols * 2);
+    }
+    k25k_matmul2(c->blas, x, w1, w2, T, (int)W1->rows, (int)W2->rows, (int)W1->cols, y1, y2,
+                 c->stream);
+}
+
 static void cuda_silu_mul(k25_backend *be, const float *gate, const float *up, int T, int n,
                           float *out) {
     k25k_silu_mul(gate, up, (size_t)T * n, out, impl_of(be)->stream);
@@ -1019,6 +1036,7 @@ extern "C" k25_backend *backend_cuda_create(const k25_config *cfg, const k25_dis
     be->rmsnorm = cuda_rmsnorm;
     be->add_rmsnorm = cuda_add_rmsnorm;
     be->matmul = cuda_matmul;
+    be->matmul2 = cuda_matmul2;
     be->silu_mul = cuda_silu_mul;
     be->add = cuda_add;
     be->mla_attention = cuda_mla_attention;

@@ -39,6 +39,73 @@ int k25_cuda_debug_sync(void);
 void k25_cuda_launch_check(cudaStream_t s, const char *what, const char *file, int line);
 #define K25_LAUNCH_CHECK(stream, what) k25_cuda_launch_check((stream), (what), __FILE__, __LINE__)
 
+// ------------------------------------------------------------------------------------------
+// Programmatic dependent launch (PDL, sm_90)
+// ------------------------------------------------------------------------------------------
+// A decode step is ~20 dependent kernels per layer, most of them a few microseconds long, so
+// the drain of one kernel and the ramp of the next are a large share of the step. A kernel
+// launched through k25_launch may be scheduled while the kernel before it in the stream is
+// still running: its blocks start as soon as every block of the previous kernel has called
+// k25_pdl_trigger() (or exited), do their independent prologue (weight loads, index math) and
+// call k25_pdl_wait() before they read or write anything an earlier kernel produces or reads.
+// k25_pdl_wait() returns once the previous grid has completed and its writes are visible; since
+// that grid itself waited for its own predecessor, the order of the whole stream is kept.
+// Rules for a kernel launched through k25_launch: no global access that depends on an earlier
+// kernel before k25_pdl_wait(); a thread that touches such memory reaches the wait first; at
+// least one thread of the grid always waits (a grid that exits without waiting could complete
+// before its predecessor, and the next kernel would then wait on the wrong grid). Where work
+// comes before the wait, dependent data is read with coherent loads: ptxas moves
+// non-coherent loads (ld.global.nc: __ldg, const __restrict__) across griddepcontrol.wait.
+// scripts/check_pdl_sass.py checks the placement in the SASS. Both calls are no-ops for a
+// kernel launched without the attribute. K25_NO_PDL=1 launches without it
+// (A/B measurements).
+__device__ __forceinline__ void k25_pdl_wait(void) { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void k25_pdl_trigger(void) {
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+int k25_pdl_enabled(void);
+
+// kernel<<<grid, block, smem, s>>>(args...) with the PDL attribute, and a cluster of
+// `cluster` blocks along x when cluster > 1. Checks the launch like K25_LAUNCH_CHECK.
+template <typename... KArgs, typename... Args>
+static inline void k25_launch_impl(const char *what, const char *file, int line,
+                                   void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                   cudaStream_t s, unsigned cluster, Args &&...args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute attr[2];
+    unsigned n = 0;
+    if (k25_pdl_enabled()) {
+        attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[n].val.programmaticStreamSerializationAllowed = 1;
+        n++;
+    }
+    if (cluster > 1) {
+        attr[n].id = cudaLaunchAttributeClusterDimension;
+        attr[n].val.clusterDim.x = cluster;
+        attr[n].val.clusterDim.y = 1;
+        attr[n].val.clusterDim.z = 1;
+        n++;
+    }
+    cfg.attrs = attr;
+    cfg.numAttrs = n;
+    cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, static_cast<KArgs>(args)...);
+    if (err != cudaSuccess)
+        k25_fatal(file, line, "kernel %s: launch failed: %s (%s)", what, cudaGetErrorName(err),
+                  cudaGetErrorString(err));
+    k25_cuda_launch_check(s, what, file, line);
+}
+#define k25_launch(what, kernel, grid, block, smem, s, ...)                                        \
+    k25_launch_impl((what), __FILE__, __LINE__, (kernel), (grid), (block), (smem), (s), 1u,        \
+                    __VA_ARGS__)
+#define k25_launch_cluster(what, kernel, grid, block, smem, s, cluster, ...)                       \
+    k25_launch_impl((what), __FILE__, __LINE__, (kernel), (grid), (block), (smem), (s),            \
+                    (unsigned)(cluster), __VA_ARGS__)
+
 __host__ __device__ static inline int64_t k25_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // An attribute of the current device, read once per call site (*cache starts at -1): one

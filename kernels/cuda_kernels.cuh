@@ -45,6 +45,21 @@ void k25k_matmul_lt_bf16(k25k_blas *b, const uint16_t *xb, const uint16_t *W, in
 #define K25K_GEMV_MAX_T_DEFAULT 8
 void k25k_matmul(k25k_blas *b, const float *x, const uint16_t *W, int T, int N, int K, float *y,
                  cudaStream_t s);
+// Two projections of the same activations (same K) in one tile-GEMV launch over N1 + N2 rows:
+// y1[T][N1] = x W1^T, y2[T][N2] = x W2^T. The K-slice plan comes from N1 + N2 and K, so a row
+// differs from k25k_gemv_bf16 of its matrix alone in the last bits where the slice counts differ
+// (at K = 7168 they never do), and is bit-identical for every T. k25k_gemv2_applies says from
+// the shapes and pointers alone (never from T) whether the pair launch is possible (N1 a
+// multiple of the rows per group, K % 8 == 0, 16-byte aligned x, W1, W2); k25k_gemv2_bf16
+// returns 0 (nothing launched) where it is not.
+int k25k_gemv2_applies(const float *x, const uint16_t *W1, const uint16_t *W2, int N1, int N2,
+                       int K);
+int k25k_gemv2_bf16(const float *x, const uint16_t *W1, const uint16_t *W2, int T, int N1,
+                    int N2, int K, float *y1, float *y2, cudaStream_t s);
+// The pair for T <= K25_GEMV_MAX_T when it applies; otherwise two k25k_matmul calls (above the
+// GEMV limit: one bf16 conversion of x for both cuBLASLt products).
+void k25k_matmul2(k25k_blas *b, const float *x, const uint16_t *W1, const uint16_t *W2, int T,
+                  int N1, int N2, int K, float *y1, float *y2, cudaStream_t s);
 
 // ---- moe_w4a16.cu ----
 // Routing metadata of one MoE call (device arrays; A = T * top_k choices).

@@ -18,6 +18,15 @@ int k25_cuda_debug_sync(void) {
     return v;
 }
 
+int k25_pdl_enabled(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("K25_NO_PDL");
+        v = !(e && *e && strcmp(e, "0") != 0);
+    }
+    return v;
+}
+
 void k25_cuda_launch_check(cudaStream_t s, const char *what, const char *file, int line) {
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess)
@@ -40,6 +49,8 @@ void k25_cuda_launch_check(cudaStream_t s, const char *what, const char *file, i
 // pass unnoticed.
 __global__ void embed_kernel(const int32_t *__restrict__ tokens, const uint16_t *__restrict__ emb,
                              int64_t V, int D, float *__restrict__ x, int *err) {
+    k25_pdl_trigger();
+    k25_pdl_wait();
     int t = blockIdx.x;
     int tok = tokens[t];
     float *row = x + (size_t)t * D;
@@ -55,8 +66,7 @@ __global__ void embed_kernel(const int32_t *__restrict__ tokens, const uint16_t 
 void k25k_embed(const int32_t *tokens, int T, const uint16_t *emb, int64_t V, int D, float *x,
                 int *err, cudaStream_t s) {
     if (T <= 0) return;
-    embed_kernel<<<T, 256, 0, s>>>(tokens, emb, V, D, x, err);
-    K25_LAUNCH_CHECK(s, "embed");
+    k25_launch("embed", embed_kernel, T, 256, 0, s, tokens, emb, V, D, x, err);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -70,6 +80,8 @@ __global__ void rmsnorm_kernel(const float *__restrict__ x, int ld, float *h, co
                                const uint16_t *__restrict__ w, float eps, int n,
                                float *__restrict__ out) {
     __shared__ float scratch[32];
+    k25_pdl_trigger();
+    k25_pdl_wait();
     int t = blockIdx.x;
     const float *xr;
     if (kAdd) {
@@ -94,16 +106,16 @@ void k25k_rmsnorm(const float *x, int ld, const uint16_t *w, float eps, int T, i
                   cudaStream_t s) {
     if (T <= 0) return;
     int threads = n >= 1024 ? 1024 : (n >= 256 ? 256 : 128);
-    rmsnorm_kernel<false><<<T, threads, 0, s>>>(x, ld, nullptr, nullptr, w, eps, n, out);
-    K25_LAUNCH_CHECK(s, "rmsnorm");
+    k25_launch("rmsnorm", rmsnorm_kernel<false>, T, threads, 0, s, x, ld, nullptr, nullptr, w, eps,
+               n, out);
 }
 
 void k25k_add_rmsnorm(float *h, const float *d, const uint16_t *w, float eps, int T, int n,
                       float *out, cudaStream_t s) {
     if (T <= 0) return;
     int threads = n >= 1024 ? 1024 : (n >= 256 ? 256 : 128);
-    rmsnorm_kernel<true><<<T, threads, 0, s>>>(nullptr, n, h, d, w, eps, n, out);
-    K25_LAUNCH_CHECK(s, "add_rmsnorm");
+    k25_launch("add_rmsnorm", rmsnorm_kernel<true>, T, threads, 0, s, nullptr, n, h, d, w, eps, n,
+               out);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -114,12 +126,16 @@ __device__ __forceinline__ float k25_silu(float z) { return z / (1.0f + expf(-z)
 
 __global__ void silu_mul_kernel(const float *__restrict__ g, const float *__restrict__ u,
                                 size_t n, float *__restrict__ out) {
+    k25_pdl_trigger();
+    k25_pdl_wait();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         out[i] = k25_silu(g[i]) * u[i];
 }
 
 __global__ void add_kernel(float *__restrict__ y, const float *__restrict__ x, size_t n) {
+    k25_pdl_trigger();
+    k25_pdl_wait();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         y[i] += x[i];
@@ -127,6 +143,8 @@ __global__ void add_kernel(float *__restrict__ y, const float *__restrict__ x, s
 
 __global__ void f32_to_bf16_kernel(const float *__restrict__ x, size_t n,
                                    uint16_t *__restrict__ y) {
+    k25_pdl_trigger();
+    k25_pdl_wait();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         y[i] = k25_f2bf(x[i]);
@@ -134,6 +152,8 @@ __global__ void f32_to_bf16_kernel(const float *__restrict__ x, size_t n,
 
 __global__ void f32_to_bf16_split_kernel(const float *__restrict__ x, size_t n,
                                          uint16_t *__restrict__ hi, uint16_t *__restrict__ lo) {
+    k25_pdl_trigger();
+    k25_pdl_wait();
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         uint16_t h = k25_f2bf(x[i]);
@@ -149,24 +169,21 @@ static int grid_for(size_t n) {
 
 void k25k_silu_mul(const float *gate, const float *up, size_t n, float *out, cudaStream_t s) {
     if (!n) return;
-    silu_mul_kernel<<<grid_for(n), 256, 0, s>>>(gate, up, n, out);
-    K25_LAUNCH_CHECK(s, "silu_mul");
+    k25_launch("silu_mul", silu_mul_kernel, grid_for(n), 256, 0, s, gate, up, n, out);
 }
 
 void k25k_add(float *y, const float *x, size_t n, cudaStream_t s) {
     if (!n) return;
-    add_kernel<<<grid_for(n), 256, 0, s>>>(y, x, n);
-    K25_LAUNCH_CHECK(s, "add");
+    k25_launch("add", add_kernel, grid_for(n), 256, 0, s, y, x, n);
 }
 
 void k25k_f32_to_bf16(const float *x, size_t n, uint16_t *y, cudaStream_t s) {
     if (!n) return;
-    f32_to_bf16_kernel<<<grid_for(n), 256, 0, s>>>(x, n, y);
-    K25_LAUNCH_CHECK(s, "f32_to_bf16");
+    k25_launch("f32_to_bf16", f32_to_bf16_kernel, grid_for(n), 256, 0, s, x, n, y);
 }
 
 void k25k_f32_to_bf16_split(const float *x, size_t n, uint16_t *hi, uint16_t *lo, cudaStream_t s) {
     if (!n) return;
-    f32_to_bf16_split_kernel<<<grid_for(n), 256, 0, s>>>(x, n, hi, lo);
-    K25_LAUNCH_CHECK(s, "f32_to_bf16_split");
+    k25_launch("f32_to_bf16_split", f32_to_bf16_split_kernel, grid_for(n), 256, 0, s, x, n, hi,
+               lo);
 }

@@ -1,8 +1,9 @@
 // BF16-weight projections y[T][N] = x[T][K] W^T (W [N][K] bf16 row-major, x and y f32): a
 // GEMV-style tile kernel for few rows (every weight row read once for up to 16 activation rows
 // staged in shared memory, f32 accumulate, split-K over a thread-block cluster for small N, the
-// same summation order for every T), and cuBLASLt for more rows (activations converted to bf16
-// in a workspace, f32 accumulate and output).
+// same summation order for every T; also two projections of the same x in one launch), and
+// cuBLASLt for more rows (activations converted to bf16 in a workspace, f32 accumulate and
+// output). The GEMV kernels are launched with programmatic dependent launch (k25_launch).
 #include <cooperative_groups.h>
 #include <cublasLt.h>
 #include <stdlib.h>
@@ -34,6 +35,11 @@
 // warp sums its lanes by a fixed butterfly, the cluster sums its slices in rank order. The slice
 // plan depends on N and K only (gemv_slices), so y[t][n] is bit-identical for every T: a row's
 // result does not depend on which other rows share the step.
+//
+// Pair (k25k_gemv2_bf16): q_a + kv_a, gate + up read the same x; at batch 1 each alone is too
+// small to fill the GPU (one DRAM round trip plus the cluster reduction dominate), so one launch
+// takes the rows of both matrices, a row group reading its weights from, and writing to, the
+// matrix its row index falls in. The plan is that of one N1 + N2 matrix.
 
 #define GT_RW 4      // weight rows per warp (every activation value loaded is used GT_RW times)
 #define GT_IT 4      // steps (16-byte loads per lane and row) in flight per warp
@@ -57,50 +63,76 @@ static int gemv_sms(void) {
     return k25_device_attr(&sms, cudaDevAttrMultiProcessorCount);
 }
 
-// x [T][K] f32, W [N][K] bf16, y [T][N]; grid (ks, row blocks, T tiles of TT), cluster (ks,1,1);
-// block row b owns rows [b G rows, (b + 1) G rows). Dynamic shared memory: xs [TT][2][cps]
+// x [T][K] f32; grid (ks, row blocks, T tiles of TT), cluster (ks,1,1); block row b owns rows
+// [b G rows, (b + 1) G rows) of N = N1 (+ N2). Rows [0, N1) come from W1 [N1][K] bf16 and go to
+// y1 [T][N1]; for a pair (PAIR: two projections of the same x in one launch) rows [N1, N1 + N2)
+// come from W2 [N2][K] and go to y2 [T][N2]. N1 is then a multiple of the rows per group, so a
+// warp's GT_RW rows never straddle the two matrices. Dynamic shared memory: xs [TT][2][cps]
 // float4 (this slice of the TT rows; plane h holds elements 8c + 4h .. 8c + 4h + 3 of chunk c,
 // so that the lanes' 16-byte reads are contiguous and conflict-free), part [TT][G rows] (this
 // slice's partial sums).
-template <int TT>
+//
+// Programmatic dependent launch: the first GT_IT steps of weights are loaded before
+// k25_pdl_wait(), so this projection's weight stream is already in flight while the kernel
+// before it drains (weights are written only at load time, never by a kernel of the step);
+// the activations x (the previous kernel's output) are read, and y written, after it.
+template <int TT, bool PAIR>
 __global__ void __launch_bounds__(256, TT <= 2 ? 2 : 1)
-    gemv_tile_kernel(const float *__restrict__ x, const uint16_t *__restrict__ W, int T, int N,
-                     int K, float *__restrict__ y, int cps, int G) {
+    gemv_tile_kernel(const float *__restrict__ x, const uint16_t *__restrict__ W1,
+                     const uint16_t *__restrict__ W2, int T, int N1, int N2, int K,
+                     float *__restrict__ y1, float *__restrict__ y2, int cps, int G) {
+    k25_pdl_trigger();
     extern __shared__ float4 gt_smem[];
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nwarps = blockDim.x >> 5;
     const int rows = nwarps * GT_RW, brows = G * rows, ks = gridDim.x, q = blockIdx.x;
+    const int N = PAIR ? N1 + N2 : N1;
     const int nb0 = blockIdx.y * brows, t0 = blockIdx.z * TT;
     const int nchunk = K >> 3, c_beg = q * cps;
     const int len = max(0, min(nchunk, c_beg + cps) - c_beg); // chunks of this slice
     const int ipg = (len + 31) >> 5, S = G * ipg;             // steps per row group, in all
     float4 *xs = gt_smem;                                      // [TT][2][cps]
     float *part = reinterpret_cast<float *>(gt_smem + (size_t)TT * 2 * cps); // [TT][brows]
-    const uint4 *W4 = reinterpret_cast<const uint4 *>(W);
     const size_t ld4 = (size_t)K >> 3;
+    const uint4 *W4a = reinterpret_cast<const uint4 *>(W1);
+    // W2 addressed by the pair's row index: row n >= N1 at W4b + n ld4 (integer arithmetic, so
+    // that picking the matrix is one select per step, not a second index computation)
+    const uint4 *W4b = reinterpret_cast<const uint4 *>(reinterpret_cast<uintptr_t>(W2) -
+                                                      (uintptr_t)N1 * ld4 * sizeof(uint4));
 
-    // step s = (row group g, lane iteration i): chunk i * 32 + lane of rows g rows + warp GT_RW + r
-    auto load_step = [&](int s, uint4 (&w)[GT_RW]) {
+    // step s = (row group g, lane iteration i): chunk i * 32 + lane of rows g rows + warp GT_RW
+    // + r. pro: a load of the prologue, before k25_pdl_wait(): coherent (ld.global.cg), because
+    // ptxas may sink ld.global.nc loads below griddepcontrol.wait and the prologue would be lost
+    auto load_step = [&](int s, uint4 (&w)[GT_RW], bool pro) {
         const int g = ipg ? s / ipg : 0, c = (s - g * ipg) * 32 + lane;
         const int n = nb0 + g * rows + warp * GT_RW;
+        const uint4 *Wm = PAIR && n >= N1 ? W4b : W4a; // the warp's GT_RW rows: one matrix
 #pragma unroll
-        for (int r = 0; r < GT_RW; r++)
-            w[r] = (s < S && c < len && n + r < N) ? __ldg(W4 + (size_t)(n + r) * ld4 + c_beg + c)
-                                                  : make_uint4(0, 0, 0, 0);
+        for (int r = 0; r < GT_RW; r++) {
+            const uint4 *a = Wm + (size_t)(n + r) * ld4 + c_beg + c;
+            w[r] = !(s < S && c < len && n + r < N) ? make_uint4(0, 0, 0, 0)
+                   : pro                            ? __ldcg(a)
+                                                    : __ldg(a);
+        }
     };
     uint4 w[GT_IT][GT_RW];
 #pragma unroll
-    for (int p = 0; p < GT_IT; p++) load_step(p, w[p]);
+    for (int p = 0; p < GT_IT; p++) load_step(p, w[p], true);
 
-    // stage the activations while the first weights are on their way
+    // x comes from the previous kernel and y may still be read by it: nothing before this line
+    // touches either
+    k25_pdl_wait();
+
+    // stage the activations while the first weights are on their way; coherent loads (__ldcg),
+    // since ptxas may hoist ld.global.nc loads of the previous kernel's output above the wait
     {
         const int n4 = 2 * len;
         const float4 *x4 = reinterpret_cast<const float4 *>(x) + (size_t)c_beg * 2;
         for (int idx = threadIdx.x; idx < TT * n4; idx += blockDim.x) {
             const int t = idx / n4, j = idx - t * n4;
             xs[(2 * t + (j & 1)) * cps + (j >> 1)] =
-                t0 + t < T ? __ldg(x4 + (size_t)(t0 + t) * (K >> 2) + j)
+                t0 + t < T ? __ldcg(x4 + (size_t)(t0 + t) * (K >> 2) + j)
                            : make_float4(0.f, 0.f, 0.f, 0.f);
         }
     }
@@ -141,7 +173,7 @@ __global__ void __launch_bounds__(256, TT <= 2 ? 2 : 1)
                     }
                 }
             }
-            load_step(s + GT_IT, w[p]);
+            load_step(s + GT_IT, w[p], false);
             if (i == ipg - 1) { // end of row group g: its partial sums to shared memory
 #pragma unroll
                 for (int r = 0; r < GT_RW; r++)
@@ -163,7 +195,12 @@ __global__ void __launch_bounds__(256, TT <= 2 ? 2 : 1)
         float v = 0.0f;
         for (int j = 0; j < ks; j++) v += cluster.map_shared_rank(part, j)[e];
         const int t = e / brows, n = nb0 + (e - t * brows);
-        if (n < N && t0 + t < T) y[(size_t)(t0 + t) * N + n] = v;
+        if (t0 + t < T) {
+            if (n < N1)
+                y1[(size_t)(t0 + t) * N1 + n] = v;
+            else if (PAIR && n < N)
+                y2[(size_t)(t0 + t) * N2 + (n - N1)] = v;
+        }
     }
     cluster.sync(); // keep this block's partials alive until the cluster has read them
 }
@@ -175,6 +212,8 @@ __global__ void __launch_bounds__(256) gemv_rows_kernel(const float *__restrict_
                                                         const uint16_t *__restrict__ W, int T,
                                                         int N, int K, float *__restrict__ y,
                                                         int ks) {
+    k25_pdl_trigger();
+    k25_pdl_wait(); // weights and activations are read interleaved: nothing to issue before
     __shared__ float red[8][TT];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int rows_per_block = 8 / ks;
@@ -217,20 +256,20 @@ static int gemv_smem_optin(void) {
     return k25_device_attr(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin);
 }
 
-// Lets the tile kernel use all the shared memory a block may have (once per TT; done for every
-// TT by k25k_blas_create, outside any graph capture).
-template <int TT>
+// Lets the tile kernel use all the shared memory a block may have (once per instance; done for
+// every one by k25k_blas_create, outside any graph capture).
+template <int TT, bool PAIR>
 static void gemv_allow_smem(void) {
     static bool done = false;
     if (done) return;
-    CUDA_CHECK(cudaFuncSetAttribute(gemv_tile_kernel<TT>,
+    CUDA_CHECK(cudaFuncSetAttribute(gemv_tile_kernel<TT, PAIR>,
                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     gemv_smem_optin()));
     done = true;
 }
 
 // Clusters of the tile kernel that fit on the device at once (cached per launch shape).
-template <int TT>
+template <int TT, bool PAIR>
 static int gemv_max_clusters(int ks, int threads, size_t smem) {
     static struct { int ks, threads, n; size_t smem; } cache[32];
     static int n_cache = 0;
@@ -247,7 +286,7 @@ static int gemv_max_clusters(int ks, int threads, size_t smem) {
     cfg.attrs = &attr;
     cfg.numAttrs = 1;
     int n = 0;
-    if (cudaOccupancyMaxActiveClusters(&n, gemv_tile_kernel<TT>, &cfg) != cudaSuccess) {
+    if (cudaOccupancyMaxActiveClusters(&n, gemv_tile_kernel<TT, PAIR>, &cfg) != cudaSuccess) {
         (void)cudaGetLastError();
         n = 0;
     }
@@ -262,50 +301,71 @@ static int gemv_warps(int N, int ks, int sms) {
     return k25_cdiv(N, 8 * GT_RW) * ks < sms ? 4 : 8;
 }
 
+// The tile kernel's plan for N x K (N = N1 + N2 for a pair): K slices, 16-byte chunks per
+// slice, warps and rows per row group. Depends on N and K only.
+typedef struct gemv_plan {
+    int ks, cps, warps, rows;
+} gemv_plan;
+
+static gemv_plan gemv_plan_for(int N, int K) {
+    gemv_plan p;
+    const int sms = gemv_sms();
+    p.ks = gemv_slices(N, K, sms);
+    p.cps = (int)k25_cdiv(K / 8, p.ks);
+    p.warps = gemv_warps(N, p.ks, sms);
+    p.rows = p.warps * GT_RW;
+    return p;
+}
+
+static bool gemv_aligned(const void *p) { return (uintptr_t)p % 16 == 0; }
+
+// One tile-kernel launch for rows N1 (+ N2 for a pair); false (nothing launched) when the
+// shapes or pointers do not fit it (see gemv_tile_kernel).
+template <int TT, bool PAIR>
+static bool gemv_tile_launch(const float *x, const uint16_t *W1, const uint16_t *W2, int T,
+                             int N1, int N2, int K, float *y1, float *y2, cudaStream_t s) {
+    const int N = PAIR ? N1 + N2 : N1;
+    const gemv_plan pl = gemv_plan_for(N, K);
+    const bool vec =
+        K % 8 == 0 && gemv_aligned(x) && gemv_aligned(W1) && (!PAIR || gemv_aligned(W2));
+    const int optin = gemv_smem_optin();
+    if (!vec || gemv_tile_smem(TT, pl.cps, pl.rows) > (size_t)optin) return false;
+    gemv_allow_smem<TT, PAIR>();
+    const int clusters =
+        gemv_max_clusters<TT, PAIR>(pl.ks, 32 * pl.warps, gemv_tile_smem(TT, pl.cps, pl.rows));
+    if (clusters <= 0) return false;
+    // one wave: as many row blocks as clusters fit (per T tile), G row groups each
+    const int nb = (int)k25_cdiv(N, pl.rows), tiles = (int)k25_cdiv(T, TT);
+    int per_tile = clusters / tiles > 1 ? clusters / tiles : 1;
+    int G = (int)k25_cdiv(nb, per_tile < nb ? per_tile : nb);
+    if (G > GT_MAX_G) G = GT_MAX_G;
+    while (G > 1 && gemv_tile_smem(TT, pl.cps, G * pl.rows) > (size_t)optin) G--;
+    const size_t smem = gemv_tile_smem(TT, pl.cps, G * pl.rows);
+    const dim3 grid((unsigned)pl.ks, (unsigned)k25_cdiv(nb, G), (unsigned)tiles);
+    void (*kernel)(const float *, const uint16_t *, const uint16_t *, int, int, int, int, float *,
+                   float *, int, int) = gemv_tile_kernel<TT, PAIR>;
+    k25_launch_cluster(PAIR ? "gemv_bf16 pair tile" : "gemv_bf16 tile", kernel, grid,
+                       dim3(32 * pl.warps), smem, s, pl.ks, x, W1, W2, T, N1, N2, K, y1, y2,
+                       pl.cps, G);
+    return true;
+}
+
 template <int TT>
 static void gemv_launch(const float *x, const uint16_t *W, int T, int N, int K, float *y,
                         cudaStream_t s) {
-    const int sms = gemv_sms(), ks = gemv_slices(N, K, sms), cps = (int)k25_cdiv(K / 8, ks);
-    const int warps = gemv_warps(N, ks, sms), rows = warps * GT_RW;
-    const bool vec = (K % 8 == 0) && ((uintptr_t)x % 16 == 0) && ((uintptr_t)W % 16 == 0);
-    const int optin = gemv_smem_optin();
-    if (vec) gemv_allow_smem<TT>();
-    int clusters = 0;
-    if (vec && gemv_tile_smem(TT, cps, rows) <= (size_t)optin)
-        clusters = gemv_max_clusters<TT>(ks, 32 * warps, gemv_tile_smem(TT, cps, rows));
-    if (clusters > 0) {
-        // one wave: as many row blocks as clusters fit (per T tile), G row groups each
-        const int nb = (int)k25_cdiv(N, rows), tiles = (int)k25_cdiv(T, TT);
-        int per_tile = clusters / tiles > 1 ? clusters / tiles : 1;
-        int G = (int)k25_cdiv(nb, per_tile < nb ? per_tile : nb);
-        if (G > GT_MAX_G) G = GT_MAX_G;
-        while (G > 1 && gemv_tile_smem(TT, cps, G * rows) > (size_t)optin) G--;
-        const size_t smem = gemv_tile_smem(TT, cps, G * rows);
-        cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute attr;
-        attr.id = cudaLaunchAttributeClusterDimension;
-        attr.val.clusterDim.x = ks, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
-        cfg.gridDim = dim3((unsigned)ks, (unsigned)k25_cdiv(nb, G), (unsigned)tiles);
-        cfg.blockDim = dim3(32 * warps);
-        cfg.dynamicSmemBytes = smem;
-        cfg.stream = s;
-        cfg.attrs = &attr;
-        cfg.numAttrs = 1;
-        CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_tile_kernel<TT>, x, W, T, N, K, y, cps, G));
-        K25_LAUNCH_CHECK(s, "gemv_bf16 tile");
+    if (gemv_tile_launch<TT, false>(x, W, (const uint16_t *)nullptr, T, N, 0, K, y,
+                                    (float *)nullptr, s))
         return;
-    }
     int kp = N >= 8192 ? 1 : (N >= 4096 ? 2 : (N >= 2048 ? 4 : 8));
     if (K < 256 * kp) kp = K >= 1024 ? 4 : (K >= 512 ? 2 : 1);
-    dim3 grid((unsigned)k25_cdiv(N, 8 / kp), (unsigned)k25_cdiv(T, TT));
-    gemv_rows_kernel<TT><<<grid, 256, 0, s>>>(x, W, T, N, K, y, kp);
-    K25_LAUNCH_CHECK(s, "gemv_bf16 rows");
+    const dim3 grid((unsigned)k25_cdiv(N, 8 / kp), (unsigned)k25_cdiv(T, TT));
+    k25_launch("gemv_bf16 rows", gemv_rows_kernel<TT>, grid, dim3(256), 0, s, x, W, T, N, K, y, kp);
 }
 
 void k25k_gemv_plan(int N, int K, int *k_slices, int *rows_per_block) {
-    const int sms = gemv_sms(), ks = gemv_slices(N, K, sms);
-    *k_slices = ks;
-    *rows_per_block = gemv_warps(N, ks, sms) * GT_RW;
+    const gemv_plan p = gemv_plan_for(N, K);
+    *k_slices = p.ks;
+    *rows_per_block = p.rows;
 }
 
 void k25k_gemv_bf16(const float *x, const uint16_t *W, int T, int N, int K, float *y,
@@ -321,6 +381,39 @@ void k25k_gemv_bf16(const float *x, const uint16_t *W, int T, int N, int K, floa
         gemv_launch<8>(x, W, T, N, K, y, s);
     else
         gemv_launch<16>(x, W, T, N, K, y, s); // T > 16: tiles of 16 rows, weights re-read per tile
+}
+
+int k25k_gemv2_applies(const float *x, const uint16_t *W1, const uint16_t *W2, int N1, int N2,
+                       int K) {
+    if (N1 <= 0 || N2 <= 0 || K % 8 != 0) return 0;
+    if (!gemv_aligned(x) || !gemv_aligned(W1) || !gemv_aligned(W2)) return 0;
+    // Decided from the shapes alone, never from T, so that a row's bits do not depend on the
+    // step's row count: row groups within one matrix, and a cluster of the largest row tile (16:
+    // the most shared memory and registers) fitting on the device, which every smaller tile then
+    // does too.
+    const gemv_plan pl = gemv_plan_for(N1 + N2, K);
+    const size_t smem16 = gemv_tile_smem(16, pl.cps, pl.rows);
+    if (N1 % pl.rows != 0 || smem16 > (size_t)gemv_smem_optin()) return 0;
+    gemv_allow_smem<16, true>();
+    return gemv_max_clusters<16, true>(pl.ks, 32 * pl.warps, smem16) > 0;
+}
+
+int k25k_gemv2_bf16(const float *x, const uint16_t *W1, const uint16_t *W2, int T, int N1,
+                    int N2, int K, float *y1, float *y2, cudaStream_t s) {
+    if (!k25k_gemv2_applies(x, W1, W2, N1, N2, K)) return 0;
+    if (T <= 0) return 1;
+    bool ok;
+    if (T == 1)
+        ok = gemv_tile_launch<1, true>(x, W1, W2, T, N1, N2, K, y1, y2, s);
+    else if (T == 2)
+        ok = gemv_tile_launch<2, true>(x, W1, W2, T, N1, N2, K, y1, y2, s);
+    else if (T <= 4)
+        ok = gemv_tile_launch<4, true>(x, W1, W2, T, N1, N2, K, y1, y2, s);
+    else if (T <= 8)
+        ok = gemv_tile_launch<8, true>(x, W1, W2, T, N1, N2, K, y1, y2, s);
+    else
+        ok = gemv_tile_launch<16, true>(x, W1, W2, T, N1, N2, K, y1, y2, s);
+    return ok; // false only if the occupancy answer contradicts k25k_gemv2_applies
 }
 
 // ------------------------------------------------------------------------------------------
@@ -355,8 +448,10 @@ k25k_blas *k25k_blas_create(size_t workspace_bytes) {
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(b->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(b->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     b->ws_bytes = workspace_bytes;
-    gemv_allow_smem<1>(), gemv_allow_smem<2>(), gemv_allow_smem<4>(), gemv_allow_smem<8>();
-    gemv_allow_smem<16>();
+    gemv_allow_smem<1, false>(), gemv_allow_smem<2, false>(), gemv_allow_smem<4, false>();
+    gemv_allow_smem<8, false>(), gemv_allow_smem<16, false>();
+    gemv_allow_smem<1, true>(), gemv_allow_smem<2, true>(), gemv_allow_smem<4, true>();
+    gemv_allow_smem<8, true>(), gemv_allow_smem<16, true>();
     CUDA_CHECK(cudaMalloc(&b->workspace, b->ws_bytes));
     const char *e = getenv("K25_GEMV_MAX_T");
     // Measured on H200 (bench/micro_matmul): the tile GEMV beats cuBLASLt's two bf16 products
@@ -433,23 +528,33 @@ static lt_plan *plan_get(k25k_blas *b, int N, int K, int T) {
 static void lt_gemm(k25k_blas *b, const uint16_t *xb, const uint16_t *W, int T, int N, int K,
                     float *y, float beta, cudaStream_t s);
 
-void k25k_matmul_lt(k25k_blas *b, const float *x, const uint16_t *W, int T, int N, int K,
-                    float *y, cudaStream_t s) {
-    if (T <= 0 || N <= 0) return;
+// The activations x [T][K] as bf16 in the workspace: hi [T][K] then, when split, lo [T][K].
+// Returns whether they are split.
+static int lt_stage(k25k_blas *b, const float *x, int T, int K, cudaStream_t s) {
     const int split = k25k_split_activations();
     size_t need = (size_t)T * K * (split ? 2 : 1);
     if (need > b->xb_cap)
         K25_DIE("matmul: bf16 activation workspace holds %zu elements, %zu needed (reserve "
                 "before the step)", b->xb_cap, need);
-    if (!split) {
+    if (split)
+        k25k_f32_to_bf16_split(x, (size_t)T * K, b->xb, b->xb + (size_t)T * K, s);
+    else
         k25k_f32_to_bf16(x, need, b->xb, s);
-        k25k_matmul_lt_bf16(b, b->xb, W, T, N, K, y, s);
-        return;
-    }
-    // y = W hi + W lo: the second product accumulates (beta = 1)
-    k25k_f32_to_bf16_split(x, (size_t)T * K, b->xb, b->xb + (size_t)T * K, s);
+    return split;
+}
+
+// y = x W^T from the staged activations: y = W hi (+ W lo, the second product accumulating).
+static void lt_products(k25k_blas *b, int split, const uint16_t *W, int T, int N, int K,
+                        float *y, cudaStream_t s) {
     lt_gemm(b, b->xb, W, T, N, K, y, 0.0f, s);
-    lt_gemm(b, b->xb + (size_t)T * K, W, T, N, K, y, 1.0f, s);
+    if (split) lt_gemm(b, b->xb + (size_t)T * K, W, T, N, K, y, 1.0f, s);
+}
+
+void k25k_matmul_lt(k25k_blas *b, const float *x, const uint16_t *W, int T, int N, int K,
+                    float *y, cudaStream_t s) {
+    if (T <= 0 || N <= 0) return;
+    const int split = lt_stage(b, x, T, K, s);
+    lt_products(b, split, W, T, N, K, y, s);
 }
 
 void k25k_matmul_lt_bf16(k25k_blas *b, const uint16_t *xb, const uint16_t *W, int T, int N, int K,
@@ -473,4 +578,19 @@ void k25k_matmul(k25k_blas *b, const float *x, const uint16_t *W, int T, int N, 
         k25k_gemv_bf16(x, W, T, N, K, y, s);
     else
         k25k_matmul_lt(b, x, W, T, N, K, y, s);
+}
+
+void k25k_matmul2(k25k_blas *b, const float *x, const uint16_t *W1, const uint16_t *W2, int T,
+                  int N1, int N2, int K, float *y1, float *y2, cudaStream_t s) {
+    if (T <= 0) return;
+    if (T <= b->gemv_max_t) {
+        if (k25k_gemv2_bf16(x, W1, W2, T, N1, N2, K, y1, y2, s)) return;
+        k25k_gemv_bf16(x, W1, T, N1, K, y1, s);
+        k25k_gemv_bf16(x, W2, T, N2, K, y2, s);
+        return;
+    }
+    // cuBLASLt: the activations converted once for both products
+    const int split = lt_stage(b, x, T, K, s);
+    if (N1 > 0) lt_products(b, split, W1, T, N1, K, y1, s);
+    if (N2 > 0) lt_products(b, split, W2, T, N2, K, y2, s);
 }

@@ -51,6 +51,8 @@ __device__ __forceinline__ void rope_pair(float &x0, float &x1, int pos, float i
 template <typename CT>
 __global__ void mla_prep_kernel(k25k_mla_args a, CT *__restrict__ cache, float *q, float *kv) {
     __shared__ float scratch[32];
+    k25_pdl_trigger();
+    k25_pdl_wait();
     const int t = blockIdx.x;
     const int L = a.L, dr = a.dr, W = L + dr, dq = a.dn + a.dr;
     const int pos = a.pos[t], s = a.seq[t];
@@ -100,13 +102,17 @@ __global__ void mla_prep_kernel(k25k_mla_args a, CT *__restrict__ cache, float *
 // Block: 64 latent columns x 4 groups of nope dims (256 threads); the 4 partial sums of a
 // column are added in shared memory in fixed order. Loads are unrolled so that many are in
 // flight (one weight row per d is a coalesced 128-byte read across the block's columns).
+// PDL: the first ABS_D weight rows are loaded before k25_pdl_wait(), q after it. Both pointers
+// lack __restrict__ and the loads are plain: ptxas moves ld.global.nc (what a const __restrict__
+// pointer or __ldg gives) across griddepcontrol.wait both ways, which sank the weight loads
+// below the wait and could lift a q load above it (kernels/NOTES.md).
 #define ABS_C 64
 #define ABS_G 4
 #define ABS_D 32
 __global__ void __launch_bounds__(ABS_C * ABS_G) mla_absorb_kernel(
-    k25k_mla_args a, const float *__restrict__ q, const uint16_t *__restrict__ kvb,
-    float *__restrict__ q_abs) {
+    k25k_mla_args a, const float *q, const uint16_t *kvb, float *__restrict__ q_abs) {
     __shared__ float red[ABS_G][8][ABS_C];
+    k25_pdl_trigger();
     const int cl = threadIdx.x % ABS_C, grp = threadIdx.x / ABS_C;
     const int c = blockIdx.x * ABS_C + cl;
     const int h = blockIdx.y, t0 = blockIdx.z * 8;
@@ -123,7 +129,10 @@ __global__ void __launch_bounds__(ABS_C * ABS_G) mla_absorb_kernel(
             float wv[ABS_D];
 #pragma unroll
             for (int u = 0; u < ABS_D; u++)
-                wv[u] = db + u < d1 ? k25_bf16f(__ldg(w + (size_t)(db + u) * L)) : 0.0f;
+                wv[u] = db + u < d1 ? k25_bf16f(w[(size_t)(db + u) * L]) : 0.0f;
+            // W_UK is constant during a step: the first rows stream in while mla_prep (which
+            // ropes q in place) finishes; q is read only after the wait.
+            k25_pdl_wait();
 #pragma unroll
             for (int i = 0; i < 8; i++) {
                 if (t0 + i >= a.T) break;
@@ -134,6 +143,7 @@ __global__ void __launch_bounds__(ABS_C * ABS_G) mla_absorb_kernel(
             }
         }
     }
+    k25_pdl_wait(); // threads without weight rows wait here (a no-op for the others)
 #pragma unroll
     for (int i = 0; i < 8; i++) red[grp][i][cl] = acc[i];
     __syncthreads();
@@ -168,6 +178,8 @@ __global__ void __launch_bounds__(256) mla_attn_kernel(k25k_mla_args a, const CT
     float *cs = qs + MLA_HG * W;
     float *P = cs + MLA_JT * WP;
     float *corr = P + MLA_HG * MLA_JT;
+    k25_pdl_trigger();
+    k25_pdl_wait();
 
     const int chunk = blockIdx.x, h0 = blockIdx.y * MLA_HG, t = blockIdx.z;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -358,6 +370,8 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
     uint16_t *plo = phi + MMA_HM * MMA_PS;                     // [MMA_HM][MMA_PS]
     float *sf = reinterpret_cast<float *>(plo + MMA_HM * MMA_PS); // [MMA_HM][MMA_JT] scores
     float *corr = sf + MMA_HM * MMA_JT;                           // [MMA_HM]
+    k25_pdl_trigger();
+    k25_pdl_wait();
 
     const int chunk = blockIdx.x, h0 = blockIdx.y * MMA_HM, t = blockIdx.z;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -595,6 +609,8 @@ __global__ void __launch_bounds__(128) mla_merge_kernel(k25k_mla_args a, int n_c
                                                         float *__restrict__ o_lat) {
     __shared__ float wgt[256];
     __shared__ float scratch[32];
+    k25_pdl_trigger();
+    k25_pdl_wait();
     const size_t th = blockIdx.x; // t * H + h
     const int len = a.pos[th / a.H] + 1;
     const int clen = (int)(k25_cdiv(k25_cdiv(len, n_chunks), tile) * tile);
@@ -633,11 +649,14 @@ __global__ void __launch_bounds__(128) mla_merge_kernel(k25k_mla_args a, int n_c
 // 5. out[t][h][d] = W_UV[h][d] . o_lat[t][h]
 // ------------------------------------------------------------------------------------------
 
-__global__ void mla_out_kernel(k25k_mla_args a, const float *__restrict__ o_lat,
-                               const uint16_t *__restrict__ kvb, float *__restrict__ out) {
+// PDL: the W_UV rows are loaded before k25_pdl_wait(), o_lat after it, with plain loads through
+// pointers without __restrict__, as in mla_absorb_kernel (ld.global.nc moves across the wait).
+__global__ void mla_out_kernel(k25k_mla_args a, const float *o_lat, const uint16_t *kvb,
+                               float *__restrict__ out) {
+    k25_pdl_trigger();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int row = blockIdx.x * 8 + warp; // h * dv + d
-    if (row >= a.H * a.dv) return;
+    if (row >= a.H * a.dv) return; // touches nothing; warp 0 of every block has a row and waits
     const int h = row / a.dv, d = row % a.dv, L = a.L;
     const uint16_t *w = kvb + ((size_t)h * (a.dn + a.dv) + a.dn + d) * L;
     // this lane's weights in registers once (L <= 32 * 8 * MLA_OMAX), reused for every row t
@@ -645,8 +664,10 @@ __global__ void mla_out_kernel(k25k_mla_args a, const float *__restrict__ o_lat,
 #pragma unroll
     for (int i = 0; i < 8 * MLA_OMAX; i++) {
         int c = lane + 32 * i;
-        wr[i] = c < L ? k25_bf16f(__ldg(w + c)) : 0.0f;
+        wr[i] = c < L ? k25_bf16f(w[c]) : 0.0f;
     }
+    // W_UV is constant during a step: the loads above overlap the end of the merge
+    k25_pdl_wait();
     for (int t = 0; t < a.T; t++) {
         const float *ol = o_lat + ((size_t)t * a.H + h) * L;
         float acc = 0.0f;
@@ -688,12 +709,10 @@ static void mla_run(const k25k_mla_args *a, CT *cache, const uint16_t *kvb, floa
     float *part_o = part_ml + th * n_chunks * 2;
     float *o_lat = part_o + th * n_chunks * L;
 
-    mla_prep_kernel<CT><<<T, 256, 0, s>>>(*a, cache, q, kv);
-    K25_LAUNCH_CHECK(s, "mla_prep");
+    k25_launch("mla_prep", mla_prep_kernel<CT>, T, 256, 0, s, *a, cache, q, kv);
 
     dim3 g2((unsigned)k25_cdiv(L, ABS_C), (unsigned)H, (unsigned)k25_cdiv(T, 8));
-    mla_absorb_kernel<<<g2, ABS_C * ABS_G, 0, s>>>(*a, q, kvb, q_abs);
-    K25_LAUNCH_CHECK(s, "mla_absorb");
+    k25_launch("mla_absorb", mla_absorb_kernel, g2, ABS_C * ABS_G, 0, s, *a, q, kvb, q_abs);
 
     int tile = MLA_JT;
     static int smem_optin_cache = -1;
@@ -711,9 +730,8 @@ static void mla_run(const k25k_mla_args *a, CT *cache, const uint16_t *kvb, floa
             mma_set = smem_mma;
         }
         dim3 g3((unsigned)n_chunks, (unsigned)k25_cdiv(H, MMA_HM), (unsigned)T);
-        mla_attn_mma_kernel<<<g3, MMA_WARPS * 32, smem_mma, s>>>(
-            *a, reinterpret_cast<const uint16_t *>(cache), q, q_abs, n_chunks, part_ml, part_o);
-        K25_LAUNCH_CHECK(s, "mla_attn_mma");
+        k25_launch("mla_attn_mma", mla_attn_mma_kernel, g3, MMA_WARPS * 32, smem_mma, s, *a,
+                   reinterpret_cast<const uint16_t *>(cache), q, q_abs, n_chunks, part_ml, part_o);
         tile = MMA_JT;
     } else {
         size_t smem = sizeof(float) * (MLA_HG * (size_t)W + MLA_JT * (size_t)(W + 4) +
@@ -725,16 +743,16 @@ static void mla_run(const k25k_mla_args *a, CT *cache, const uint16_t *kvb, floa
             smem_set = smem;
         }
         dim3 g3((unsigned)n_chunks, (unsigned)k25_cdiv(H, MLA_HG), (unsigned)T);
-        mla_attn_kernel<CT><<<g3, 256, smem, s>>>(*a, cache, q, q_abs, n_chunks, part_ml, part_o);
-        K25_LAUNCH_CHECK(s, "mla_attn");
+        k25_launch("mla_attn", mla_attn_kernel<CT>, g3, 256, smem, s, *a, cache, q, q_abs, n_chunks,
+                   part_ml, part_o);
     }
 
-    mla_merge_kernel<<<dim3((unsigned)th, (unsigned)k25_cdiv(L, 128)), 128, 0, s>>>(*a, n_chunks, tile,
-                                                                              part_ml, part_o, o_lat);
-    K25_LAUNCH_CHECK(s, "mla_merge");
+    const dim3 g4((unsigned)th, (unsigned)k25_cdiv(L, 128));
+    k25_launch("mla_merge", mla_merge_kernel, g4, 128, 0, s, *a, n_chunks, tile, part_ml, part_o,
+               o_lat);
 
-    mla_out_kernel<<<(unsigned)k25_cdiv((int64_t)H * a->dv, 8), 256, 0, s>>>(*a, o_lat, kvb, out);
-    K25_LAUNCH_CHECK(s, "mla_out");
+    k25_launch("mla_out", mla_out_kernel, (unsigned)k25_cdiv((int64_t)H * a->dv, 8), 256, 0, s, *a,
+               o_lat, kvb, out);
 }
 
 void k25k_mla_attention(const k25k_mla_args *a, void *cache, int cache_f32, const uint16_t *kvb,

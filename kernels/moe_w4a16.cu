@@ -83,6 +83,8 @@ __global__ void __launch_bounds__(1024) moe_route_kernel(const int32_t *__restri
     int *cnt = sm, *fill = sm + E;
     __shared__ int tot[32];
     __shared__ int run_slots, run_active, run_items;
+    k25_pdl_trigger();
+    k25_pdl_wait();
     for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
     if (threadIdx.x == 0) run_slots = run_active = run_items = 0;
     __syncthreads();
@@ -151,8 +153,8 @@ void k25k_moe_sort(const int32_t *idx, int T, int top_k, int E, int I, int D, in
     if (smem > 48 * 1024) K25_DIE("moe routing: %d experts exceed the shared-memory sort", E);
     if (A >= (1 << (31 - W4_ITEM_BITS)))
         K25_DIE("moe routing: %d choices exceed the work item encoding", A);
-    moe_route_kernel<<<1, 1024, smem, s>>>(idx, A, top_k, E, I, D, w4_resident(T, num_sms), *r);
-    K25_LAUNCH_CHECK(s, "moe_route");
+    k25_launch("moe_route", moe_route_kernel, 1, 1024, smem, s, idx, A, top_k, E, I, D,
+               w4_resident(T, num_sms), *r);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -374,6 +376,10 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
     __shared__ uint32_t xs[NTT * 8 * XS];
     __shared__ uint32_t xl[NTT * 8 * XS];
     __shared__ int last_split;
+    // The expert of every unit comes from the routing kernel: no weight address is known before
+    // the wait.
+    k25_pdl_trigger();
+    k25_pdl_wait();
     // kb_per_split = ceil(KB / n_splits) (moe_plan), computed: a second plan load was issued
     // after the early exit and waited for before the item loads (one more dependent load)
     const int n_splits = r.plan[pl];
@@ -582,9 +588,9 @@ static void w4_launch(const uint4 *w4, const uint2 *s2, size_t w_stride, size_t 
     int64_t grid = (int64_t)w4_blocks_per_sm<NTT>() * (num_sms > 0 ? num_sms : 1); // w4_resident
     if (grid > max_units) grid = max_units;
     if (grid < 1) grid = 1;
-    w4a16_grouped_kernel<NTT><<<(unsigned)grid, W4_NW * 32, 0, s>>>(
-        w4, s2, w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, *r, gate_up ? 0 : 2, part,
-        A, split, gate_up ? h : NULL);
+    k25_launch("w4a16_grouped", w4a16_grouped_kernel<NTT>, (unsigned)grid, W4_NW * 32, 0, s, w4,
+               s2, w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, *r, gate_up ? 0 : 2,
+               part, A, split, gate_up ? h : NULL);
 }
 
 void k25k_moe_w4a16_gemm(const uint32_t *Wt, const uint16_t *St, int E, int N, int K,
@@ -611,7 +617,6 @@ void k25k_moe_w4a16_gemm(const uint32_t *Wt, const uint16_t *St, int E, int N, i
     else
         w4_launch<4>(w4, s2, w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, r, A,
                      max_units, num_sms, split, part, h, s);
-    K25_LAUNCH_CHECK(s, "w4a16_grouped");
 }
 
 // ------------------------------------------------------------------------------------------
@@ -623,6 +628,8 @@ __global__ void __launch_bounds__(256) bf16_grouped_kernel(
     const uint16_t *const *__restrict__ Wa, const uint16_t *const *__restrict__ Wb, int N, int K,
     int gate_up, const float *__restrict__ X, int x_ld, const int *__restrict__ row_index,
     k25k_moe_route r, float *__restrict__ part, int A) {
+    k25_pdl_trigger();
+    k25_pdl_wait();
     const int i = blockIdx.y;
     if (i >= *r.n_active) return;
     const int e = r.active[i];
@@ -649,9 +656,8 @@ void k25k_moe_bf16_gemm(const uint16_t *const *Wa, const uint16_t *const *Wb, in
                         cudaStream_t s) {
     if (A <= 0 || max_active <= 0) return;
     dim3 grid((unsigned)k25_cdiv(N, 8), (unsigned)max_active);
-    bf16_grouped_kernel<<<grid, 256, 0, s>>>(Wa, Wb, N, K, gate_up, X, x_ld, row_index, *r, part,
-                                             A);
-    K25_LAUNCH_CHECK(s, "bf16_grouped");
+    k25_launch("bf16_grouped", bf16_grouped_kernel, grid, 256, 0, s, Wa, Wb, N, K, gate_up, X, x_ld,
+               row_index, *r, part, A);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -663,6 +669,8 @@ void k25k_moe_bf16_gemm(const uint16_t *const *Wa, const uint16_t *const *Wb, in
 __global__ void moe_gate_up_reduce_kernel(const float *__restrict__ part,
                                           const int *__restrict__ n_splits_dev, int A, int I,
                                           float *__restrict__ h) {
+    k25_pdl_trigger();
+    k25_pdl_wait();
     const int n_splits = n_splits_dev ? *n_splits_dev : 1;
     size_t n = (size_t)A * I;
     for (size_t id = blockIdx.x * (size_t)blockDim.x + threadIdx.x; id < n;
@@ -677,6 +685,8 @@ __global__ void moe_combine_kernel(const float *__restrict__ part,
                                    const int *__restrict__ n_splits_dev, int A, int D,
                                    const int *__restrict__ slot_of, const float *__restrict__ wts,
                                    int T, int top_k, float *__restrict__ out) {
+    k25_pdl_trigger();
+    k25_pdl_wait();
     const int n_splits = n_splits_dev ? *n_splits_dev : 1;
     size_t n = (size_t)T * D;
     for (size_t id = blockIdx.x * (size_t)blockDim.x + threadIdx.x; id < n;
@@ -714,14 +724,13 @@ static int grid_1d(size_t n) { // 128-thread blocks: small reductions spread ove
 void k25k_moe_gate_up_reduce(const float *part, const int *n_splits, int A, int I, float *h,
                              cudaStream_t s) {
     if (A <= 0) return;
-    moe_gate_up_reduce_kernel<<<grid_1d((size_t)A * I), 128, 0, s>>>(part, n_splits, A, I, h);
-    K25_LAUNCH_CHECK(s, "moe_gate_up_reduce");
+    k25_launch("moe_gate_up_reduce", moe_gate_up_reduce_kernel, grid_1d((size_t)A * I), 128, 0, s,
+               part, n_splits, A, I, h);
 }
 
 void k25k_moe_combine(const float *part, const int *n_splits, int A, int D, const int *slot_of,
                       const float *wts, int T, int top_k, float *out, cudaStream_t s) {
     if (T <= 0) return;
-    moe_combine_kernel<<<grid_1d((size_t)T * D), 128, 0, s>>>(part, n_splits, A, D, slot_of, wts,
-                                                             T, top_k, out);
-    K25_LAUNCH_CHECK(s, "moe_combine");
+    k25_launch("moe_combine", moe_combine_kernel, grid_1d((size_t)T * D), 128, 0, s, part, n_splits,
+               A, D, slot_of, wts, T, top_k, out);
 }

@@ -49,6 +49,8 @@ __global__ void __launch_bounds__(256) router_topk_kernel(const float *__restric
     __shared__ vi red[32];
     __shared__ float gscore[256];
     __shared__ int chosen[64];
+    k25_pdl_trigger();
+    k25_pdl_wait();
     const int t = blockIdx.x;
     const float *lg = logits + (size_t)t * E;
     for (int e = threadIdx.x; e < E; e += blockDim.x) {
@@ -132,7 +134,6 @@ void k25k_router_topk(const float *logits, const float *bias, int T, int E, int 
         K25_DIE("router: n_group %d / top_k %d / experts %d not supported", n_group, top_k, E);
     size_t smem = sizeof(float) * 2 * (size_t)E + (size_t)E;
     if (smem > 48 * 1024) K25_DIE("router: %d experts exceed the shared-memory top-k", E);
-    router_topk_kernel<<<T, 256, smem, s>>>(logits, bias, E, n_group, topk_group, top_k,
-                                            norm_topk, scale, idx, wts);
-    K25_LAUNCH_CHECK(s, "router_topk");
+    k25_launch("router_topk", router_topk_kernel, T, 256, smem, s, logits, bias, E, n_group,
+               topk_group, top_k, norm_topk, scale, idx, wts);
 }

@@ -26,6 +26,8 @@ __global__ void __launch_bounds__(256) sample_best_kernel(const float *__restric
                                                           k25_cand *__restrict__ out) {
     __shared__ double rs[8];
     __shared__ int ri[8];
+    k25_pdl_trigger();
+    k25_pdl_wait();
     const int t = blockIdx.x;
     const k25_sampling p = params[t];
     const float *row = logits + (size_t)t * V_local;
@@ -61,8 +63,8 @@ __global__ void __launch_bounds__(256) sample_best_kernel(const float *__restric
 void k25k_sample_best(const float *logits, int T, int V_local, int vocab_begin,
                       const k25_sampling *params_dev, k25_cand *out_dev, cudaStream_t s) {
     if (T <= 0) return;
-    sample_best_kernel<<<T, 256, 0, s>>>(logits, V_local, vocab_begin, params_dev, out_dev);
-    K25_LAUNCH_CHECK(s, "sample_best");
+    k25_launch("sample_best", sample_best_kernel, T, 256, 0, s, logits, V_local, vocab_begin,
+               params_dev, out_dev);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -84,6 +86,8 @@ __global__ void __launch_bounds__(CAND_THREADS) sample_cand_kernel(
     __shared__ uint32_t s_prefix, s_mask;
     __shared__ int s_need, s_count, s_gt;
     __shared__ double dred[32];
+    k25_pdl_trigger();
+    k25_pdl_wait(); // above the early return, which writes n_out too
     const int t = blockIdx.x;
     const k25_sampling p = params[t];
     const float *row = logits + (size_t)t * V_local;
@@ -228,7 +232,6 @@ void k25k_sample_candidates(const float *logits, int T, int V_local, int vocab_b
     if (T <= 0) return;
     if (c_max > K25_SAMPLE_CAND_MAX) K25_DIE("sampling: %d candidates (at most %d)", c_max,
                                              K25_SAMPLE_CAND_MAX);
-    sample_cand_kernel<<<T, CAND_THREADS, 0, s>>>(logits, V_local, vocab_begin, params_dev, c_max,
-                                                  out_dev, n_dev, stats_dev);
-    K25_LAUNCH_CHECK(s, "sample_candidates");
+    k25_launch("sample_candidates", sample_cand_kernel, T, CAND_THREADS, 0, s, logits, V_local,
+               vocab_begin, params_dev, c_max, out_dev, n_dev, stats_dev);
 }

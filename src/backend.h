@@ -73,6 +73,11 @@ struct k25_backend {
                         float eps, int T, int n, float *out);
     // y[T][N] = x[T][K] W^T, W a bf16 tensor [N][K]
     void (*matmul)(k25_backend *be, const float *x, const k25_tensor *W, int T, float *y);
+    // Two projections of the same input (q_a and kv_a; gate and up), W1 and W2 with the same
+    // K: y1[T][N1] = x W1^T, y2[T][N2] = x W2^T. Equal to two matmul calls; a backend may run
+    // them as one pass (at batch 1 each alone is too small to fill the GPU).
+    void (*matmul2)(k25_backend *be, const float *x, const k25_tensor *W1, const k25_tensor *W2,
+                    int T, float *y1, float *y2);
     // out[T][n] = silu(gu[T][0:n]) * gu[T][n:2n] when gate and up are separate buffers:
     void (*silu_mul)(k25_backend *be, const float *gate, const float *up, int T, int n,
                      float *out);

@@ -300,6 +300,12 @@ static void cpu_matmul(k25_backend *be, const float *x, const k25_tensor *W, int
     }
 }
 
+static void cpu_matmul2(k25_backend *be, const float *x, const k25_tensor *W1,
+                        const k25_tensor *W2, int T, float *y1, float *y2) {
+    cpu_matmul(be, x, W1, T, y1);
+    cpu_matmul(be, x, W2, T, y2);
+}
+
 static void cpu_silu_mul(k25_backend *be, const float *gate, const float *up, int T, int n,
                          float *out) {
     (void)be;
@@ -647,6 +653,7 @@ k25_backend *backend_cpu_create(const k25_config *cfg, const k25_dist *dist, int
     be->rmsnorm = cpu_rmsnorm;
     be->add_rmsnorm = cpu_add_rmsnorm;
     be->matmul = cpu_matmul;
+    be->matmul2 = cpu_matmul2;
     be->silu_mul = cpu_silu_mul;
     be->add = cpu_add;
     be->mla_attention = cpu_mla_attention;

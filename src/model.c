@@ -234,8 +234,7 @@ static void check_finite(k25_model *m, const k25_batch *b, int row0, int layer) 
 // beside the router and the routed experts (those use backend workspaces, ridx, rwts and d).
 static void swiglu(k25_model *m, const k25_layer *L, int T, float *out) {
     k25_backend *be = m->be;
-    be->matmul(be, m->xn, &L->ffn_gate, T, m->gate);
-    be->matmul(be, m->xn, &L->ffn_up, T, m->up);
+    be->matmul2(be, m->xn, &L->ffn_gate, &L->ffn_up, T, m->gate, m->up);
     be->silu_mul(be, m->gate, m->up, T, (int)L->ffn_gate.rows, m->act);
     be->matmul(be, m->act, &L->ffn_down, T, out);
 }
@@ -275,11 +274,10 @@ static void forward_layers(void *arg) {
         if (m->n_cap) capture_hidden(m, l, ctx->row0, T); // h: the input of layer l
 
         // ---- attention: h += o_proj(MLA(xn)), xn = rmsnorm(h) for the FFN ----
-        be->matmul(be, m->xn, &L->q_a, T, m->cq);
+        be->matmul2(be, m->xn, &L->q_a, &L->kv_a, T, m->cq, m->kv);
         be->rmsnorm(be, m->cq, c->q_lora_rank, &L->q_a_norm, c->latent_norm_eps, T,
                     c->q_lora_rank, m->cqn);
         be->matmul(be, m->cqn, &L->q_b, T, m->q);
-        be->matmul(be, m->xn, &L->kv_a, T, m->kv);
         be->mla_attention(be, l - w->layer_begin, L, m->q, m->kv, m->attn);
         be->matmul(be, m->attn, &L->o_proj, T, m->d);
         be->allreduce_add_rmsnorm(be, m->h, m->d, &L->ffn_norm, c->norm_eps, T, D, m->xn);

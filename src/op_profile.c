@@ -49,6 +49,12 @@ static void p_matmul(k25_backend *be, const float *x, const k25_tensor *W, int T
     if (g == K25_OPG_SHARED || g == K25_OPG_DENSE) ffn_group = g;
     TIMED(g, orig.matmul(be, x, W, T, y));
 }
+static void p_matmul2(k25_backend *be, const float *x, const k25_tensor *W1, const k25_tensor *W2,
+                      int T, float *y1, float *y2) {
+    k25_op_group g = op_profile_group_of(W1->name);
+    if (g == K25_OPG_SHARED || g == K25_OPG_DENSE) ffn_group = g;
+    TIMED(g, orig.matmul2(be, x, W1, W2, T, y1, y2));
+}
 static void p_silu_mul(k25_backend *be, const float *gate, const float *up, int T, int n,
                        float *out) {
     TIMED(ffn_group, orig.silu_mul(be, gate, up, T, n, out));
@@ -107,6 +113,7 @@ void op_profile_install(k25_backend *be) {
     be->rmsnorm = p_rmsnorm;
     be->add_rmsnorm = p_add_rmsnorm;
     be->matmul = p_matmul;
+    be->matmul2 = p_matmul2;
     be->silu_mul = p_silu_mul;
     be->add = p_add;
     be->mla_attention = p_mla_attention;
@@ -128,6 +135,7 @@ void op_profile_remove(k25_backend *be) {
     be->rmsnorm = orig.rmsnorm;
     be->add_rmsnorm = orig.add_rmsnorm;
     be->matmul = orig.matmul;
+    be->matmul2 = orig.matmul2;
     be->silu_mul = orig.silu_mul;
     be->add = orig.add;
     be->mla_attention = orig.mla_attention;

@@ -281,6 +281,12 @@ static void check_rows_ops(pair *p, int T) {
     free(hx);
 }
 
+// Rows up to which the backend's projections run on the GEMV (K25_GEMV_MAX_T, as the backend).
+static int gemv_max_rows(void) {
+    const char *mt = getenv("K25_GEMV_MAX_T");
+    return mt && *mt ? atoi(mt) : K25K_GEMV_MAX_T_DEFAULT;
+}
+
 // One projection: y = x W^T on both backends.
 static void check_matmul_one(pair *p, const k25_tensor *Wc, const k25_tensor *Wg, int T,
                              const char *what) {
@@ -296,8 +302,7 @@ static void check_matmul_one(pair *p, const k25_tensor *Wc, const k25_tensor *Wg
     // The GEMV (T <= K25_GEMV_MAX_T, default K25K_GEMV_MAX_T_DEFAULT) keeps f32 activations and accumulation (~1e-6
     // against the float64-accumulating CPU); cuBLASLt takes them as two bf16 halves (~1e-5), or
     // rounded to bf16 once with K25_BF16_ACTIVATIONS=1 (~3e-3).
-    const char *mt = getenv("K25_GEMV_MAX_T");
-    const int gemv_max = mt && *mt ? atoi(mt) : K25K_GEMV_MAX_T_DEFAULT, gemv = T <= gemv_max;
+    const int gemv = T <= gemv_max_rows();
     report(e <= (gemv ? 1e-4 : 1e-2), "matmul %-8s T=%-4d N=%-6d K=%-6d rel=%.2e (%s)", what, T,
            N, K, e, gemv ? "gemv" : "cublaslt");
     if (gemv && T > 1) {
@@ -326,7 +331,123 @@ static void check_matmul_one(pair *p, const k25_tensor *Wc, const k25_tensor *Wg
     free(hx);
 }
 
-static void check_matmuls(pair *p, int T) {
+// Values of the GPU buffer b[from, b->n) that are not NaN (still poisoned: nothing written).
+static size_t dbuf_written_past(pair *p, dbuf *b, size_t from) {
+    float *h = (float *)k25_malloc(sizeof(float) * b->n);
+    p->gpu->to_host(p->gpu, h, b->g, sizeof(float) * b->n);
+    size_t bad = 0;
+    for (size_t i = from; i < b->n; i++) bad += !isnan(h[i]);
+    free(h);
+    return bad;
+}
+
+// Values of the GPU arrays a[n] and b[n] whose bits differ.
+static size_t gpu_bits_differ(pair *p, const float *a, const float *b, size_t n) {
+    float *ha = (float *)k25_malloc(sizeof(float) * n);
+    float *hb = (float *)k25_malloc(sizeof(float) * n);
+    p->gpu->to_host(p->gpu, ha, a, sizeof(float) * n);
+    p->gpu->to_host(p->gpu, hb, b, sizeof(float) * n);
+    size_t diff = 0;
+    for (size_t i = 0; i < n; i++) diff += memcmp(&ha[i], &hb[i], 4) != 0;
+    free(ha), free(hb);
+    return diff;
+}
+
+// Two projections of the same input (matmul2: y1 = x W1^T, y2 = x W2^T) on both backends: both
+// outputs against the CPU's with matmul's tolerance, nothing written past either output; on the
+// GEMV the rows of both outputs bit for bit in calls of 1, 2, 3, ... rows, and for the pair
+// launch, where its K-slice plan equals each matrix's, against two matmul calls bit for bit.
+static void check_matmul2_pair(pair *p, const k25_tensor *W1c, const k25_tensor *W1g,
+                               const k25_tensor *W2c, const k25_tensor *W2g, int T,
+                               const char *what) {
+    const int N1 = (int)W1g->rows, N2 = (int)W2g->rows, K = (int)W1g->cols;
+    const size_t guard = 64, n1 = (size_t)T * N1, n2 = (size_t)T * N2;
+    float *hx = (float *)k25_malloc(sizeof(float) * (size_t)T * K);
+    fill_randn(hx, (size_t)T * K, 1.0f);
+    dbuf x = dbuf_new(p, (size_t)T * K), y1 = dbuf_new(p, n1 + guard), y2 = dbuf_new(p, n2 + guard);
+    dbuf_set(p, &x, hx);
+    dbuf_poison(p, &y1);
+    dbuf_poison(p, &y2);
+    p->cpu->matmul2(p->cpu, x.c, W1c, W2c, T, y1.c, y2.c);
+    p->gpu->matmul2(p->gpu, x.g, W1g, W2g, T, y1.g, y2.g);
+    const double e1 = dbuf_err(p, &y1, n1), e2 = dbuf_err(p, &y2, n2);
+    const size_t past = dbuf_written_past(p, &y1, n1) + dbuf_written_past(p, &y2, n2);
+    // which path the backend took: one pair launch, or two projections (GEMV or cuBLASLt)
+    const int gemv = T <= gemv_max_rows();
+    const int fused = gemv && k25k_gemv2_applies(x.g, (const uint16_t *)W1g->dev,
+                                                 (const uint16_t *)W2g->dev, N1, N2, K);
+    const char *path = fused ? "gemv pair" : gemv ? "gemv x2" : "cublaslt";
+    const double tol = gemv ? 1e-4 : 1e-2; // as matmul (see check_matmul_one)
+    report(e1 <= tol && e2 <= tol && past == 0,
+           "matmul2 %-14s T=%-4d N=%d+%d K=%-6d rel=%.2e, %.2e, %zu values written past the "
+           "outputs (%s)", what, T, N1, N2, K, e1, e2, past, path);
+    if (fused) {
+        // With the same K-slice count for N1 + N2 as for each matrix alone, the pair sums every
+        // row in the single projection's order: then both outputs equal matmul's bit for bit.
+        int ks, ks1, ks2, rpb;
+        k25k_gemv_plan(N1 + N2, K, &ks, &rpb);
+        k25k_gemv_plan(N1, K, &ks1, &rpb);
+        k25k_gemv_plan(N2, K, &ks2, &rpb);
+        if (ks == ks1 && ks == ks2) {
+            float *ys1 = (float *)p->gpu->alloc(p->gpu, sizeof(float) * n1);
+            float *ys2 = (float *)p->gpu->alloc(p->gpu, sizeof(float) * n2);
+            p->gpu->matmul(p->gpu, x.g, W1g, T, ys1);
+            p->gpu->matmul(p->gpu, x.g, W2g, T, ys2);
+            const size_t diff =
+                gpu_bits_differ(p, y1.g, ys1, n1) + gpu_bits_differ(p, y2.g, ys2, n2);
+            report(diff == 0, "matmul2 %-14s T=%-4d N=%d+%d K=%-6d same bits as two matmul "
+                   "calls (%d K slices each): %zu values differ", what, T, N1, N2, K, ks, diff);
+            p->gpu->free(p->gpu, ys1);
+            p->gpu->free(p->gpu, ys2);
+        }
+    }
+    if (gemv && T > 1) {
+        // the T-row call's rows again in calls of 1, 2, 3, ... rows: a row's bits must not
+        // depend on the other rows of the call (every row tile 1, 2, 4, 8, partial tiles)
+        float *yc1 = (float *)p->gpu->alloc(p->gpu, sizeof(float) * n1);
+        float *yc2 = (float *)p->gpu->alloc(p->gpu, sizeof(float) * n2);
+        int calls = 0;
+        for (int t0 = 0, len = 1; t0 < T; t0 += len, len++) {
+            if (t0 + len > T) len = T - t0;
+            p->gpu->matmul2(p->gpu, x.g + (size_t)t0 * K, W1g, W2g, len, yc1 + (size_t)t0 * N1,
+                            yc2 + (size_t)t0 * N2);
+            calls++;
+        }
+        const size_t diff = gpu_bits_differ(p, y1.g, yc1, n1) + gpu_bits_differ(p, y2.g, yc2, n2);
+        report(diff == 0, "matmul2 %-14s T=%-4d N=%d+%d K=%-6d same bits in %d calls of 1, 2, "
+               "... rows: %zu values differ (%s)", what, T, N1, N2, K, calls, diff, path);
+        p->gpu->free(p->gpu, yc1);
+        p->gpu->free(p->gpu, yc2);
+    }
+    dbuf_free(p, &x), dbuf_free(p, &y1), dbuf_free(p, &y2);
+    free(hx);
+}
+
+// The matmul2 pairs of the model (src/model.c): every layer's q_a + kv_a and gate + up (the
+// dense MLP, or the shared expert of a MoE layer, where present), each distinct shape once.
+static void check_matmul2_pairs(pair *p, int T) {
+    if (!want("matmul2")) return;
+    int seen[16][3], n_seen = 0;
+    for (int l = p->wg.layer_begin; l < p->wg.layer_end; l++) {
+        const k25_layer *Lg = &p->wg.layers[l], *Lc = &p->wc.layers[l];
+        for (int k = 0; k < 2; k++) {
+            const k25_tensor *A = k ? &Lg->ffn_gate : &Lg->q_a, *B = k ? &Lg->ffn_up : &Lg->kv_a;
+            if (A->kind == K25_SRC_NONE || B->kind == K25_SRC_NONE) continue;
+            const int key[3] = {(int)A->rows, (int)B->rows, (int)A->cols};
+            int dup = 0;
+            for (int i = 0; i < n_seen; i++) dup |= !memcmp(seen[i], key, sizeof key);
+            if (dup || n_seen == 16) continue;
+            memcpy(seen[n_seen++], key, sizeof key);
+            const char *what = !k ? "q_a+kv_a" : Lg->is_moe ? "shared gate+up" : "gate+up";
+            if (k)
+                check_matmul2_pair(p, &Lc->ffn_gate, A, &Lc->ffn_up, B, T, what);
+            else
+                check_matmul2_pair(p, &Lc->q_a, A, &Lc->kv_a, B, T, what);
+        }
+    }
+}
+
+static void check_matmul_singles(pair *p, int T) {
     if (!want("matmul")) return;
     const k25_layer *Lg = &p->wg.layers[p->wg.layer_begin], *Lc = &p->wc.layers[p->wc.layer_begin];
     check_matmul_one(p, &Lc->q_a, &Lg->q_a, T, "q_a");
@@ -344,6 +465,12 @@ static void check_matmuls(pair *p, int T) {
             check_matmul_one(p, &p->wc.layers[l].router, &p->wg.layers[l].router, T, "router");
             break;
         }
+}
+
+// --only matmul: both groups; --only matmul2: the pairs alone.
+static void check_matmuls(pair *p, int T) {
+    check_matmul_singles(p, T);
+    check_matmul2_pairs(p, T);
 }
 
 static int first_moe(const k25_weights *w) {

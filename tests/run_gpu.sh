@@ -102,6 +102,11 @@ if [ -x "$K25" ]; then
         # bits (a race between the branches would show here first)
         check "${n}_overlap_same_bits" 30 cmp "$tmp/${n}_np1_graph.k25logits" \
             "$tmp/${n}_np1_no_overlap.k25logits"
+        # kernels launched without programmatic dependent launch: a kernel that reads or writes
+        # before its griddepcontrol.wait would race with the previous kernel and change bits
+        golden "${n}_np1_no_pdl" "$d" 1 K25_KV_F32=1 K25_NO_PDL=1
+        check "${n}_pdl_same_bits" 30 cmp "$tmp/${n}_np1_graph.k25logits" \
+            "$tmp/${n}_np1_no_pdl.k25logits"
         if [ "$ngpu" -ge 2 ]; then
             golden "${n}_np2_graph" "$d" 2 K25_KV_F32=1
             golden "${n}_np2_nccl_only" "$d" 2 K25_KV_F32=1 K25_ONESHOT=0
@@ -132,6 +137,11 @@ sys.exit(1 if bad or n == 0 else 0)
 PY"
     }
     full "full_${FULL_LAYERS}layers_graph"
+    # every kernel at Kimi shapes (clusters, tensor-core MLA, W4A16) with and without
+    # programmatic dependent launch: same bits
+    K25_NO_PDL=1 full "full_${FULL_LAYERS}layers_no_pdl"
+    check "full_${FULL_LAYERS}layers_pdl_same_bits" 30 cmp "$tmp/full_${FULL_LAYERS}layers_graph.k25logits" \
+        "$tmp/full_${FULL_LAYERS}layers_no_pdl.k25logits"
     [ -f "$tmp/full_${FULL_LAYERS}layers_graph.out" ] && grep -h 'eval time' "$tmp/full_${FULL_LAYERS}layers_graph.out" | tail -1 | awk -v L="$FULL_LAYERS" '{
         for (i = 1; i <= NF; i++) if ($i == "ms" && $(i+1) == "per") ms = $(i-1);
         if (ms != "") printf "     full model, batch 1: %s ms per token over %d layers (%.3f ms per layer incl. lm_head share)\n", ms, L, ms / L }'
@@ -216,10 +226,16 @@ PY"
         done
         race sanitizer_racecheck_ops "$OPS" --config config/tiny.ini --rows 1,5,33
         # at Kimi shapes one op group at a time (racecheck instruments every shared-memory
-        # access: the 195 KB MLA tiles make a whole run take many minutes)
-        for o in mla moe router matmul sample gather rmsnorm embed; do
+        # access: the 195 KB MLA tiles make a whole run take many minutes). Under racecheck each
+        # kernel launch costs tens of milliseconds, and the synthetic upload is a few launches
+        # per expert tensor (~2 minutes for 384 experts): groups that do not depend on the
+        # expert count run with 16 experts and a 32K vocabulary, at the same per-rank shapes.
+        small=(--set model.n_routed_experts=16 --set model.vocab_size=32768 --set tokens.bos_token_id=1
+               --set tokens.eos_token_ids=2 --set tokens.pad_token_id=3)
+        for o in mla matmul sample gather rmsnorm embed moe router; do
+            case $o in moe|router) sz=(--set model.vocab_size=32768 "${small[@]:4}") ;; *) sz=("${small[@]}") ;; esac
             race "sanitizer_racecheck_kimi_tp8_$o" "$OPS" --config config/kimi_k25.ini --tp 8 \
-                --rank 3 --set model.num_hidden_layers=2 --rows 1,5 --ctx 100 --only $o
+                --rank 3 --set model.num_hidden_layers=2 "${sz[@]}" --rows 1,5 --ctx 100 --only $o
         done
         race sanitizer_racecheck_decode $K25 --config config/tiny.ini --synthetic 1 --backend cuda \
             --tokens 1,2,3,4,5,6,7,8,9 -n 8 --temp 0.8 --top-p 0.9 --spec-draft ngram
