@@ -9,6 +9,8 @@
 #                                #   controlled acceptance alpha in {0.5, 0.7, 0.8, 0.9}
 #   bench/run_h200.sh tp8sim     # all 61 layers as one TP8 rank's share on one GPU (run.sim_tp)
 #   bench/run_h200.sh overlap    # 4 layers, 1 GPU: shared expert overlapped or not
+#   bench/run_h200.sh ncu        # 4 layers as one TP8 rank's share: one decode step kernel by
+#                                #   kernel (ncu, isolated kernel times) -> ncu-step-*.md
 #   bench/run_h200.sh x8         # 8 GPUs, TP8, all 61 layers: the sweep 1..256 (1K in / 128
 #                                #   out) with the per-operation breakdown, then spec vs plain
 #                                #   (EAGLE-3 head at Kimi dimensions, controlled acceptance)
@@ -66,6 +68,17 @@ for job in "$@"; do
            --output-len 64 --concurrency 1,16 --profile-steps 0)
         bench overlap-k4-h200x1-on 1 "${KIMI[@]}" "${O[@]}"
         K25_NO_OVERLAP=1 bench overlap-k4-h200x1-off 1 "${KIMI[@]}" "${O[@]}"
+        ;;
+    ncu)
+        NCU=${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}
+        timeout --foreground 300 "$NCU" --clock-control none --cache-control none \
+            --graph-profiling node --metrics gpu__time_duration.sum --csv \
+            --log-file "$OUT/ncu-step-k4-tp8sim.csv" ./k25dec "${KIMI[@]}" --set run.sim_tp=8 \
+            --set run.ctx_size=2048 --set model.num_hidden_layers=4 \
+            --tokens "$(seq -s, 1000 2023)" -n 4 >"$OUT/ncu-run.log" 2>&1
+        echo "== ncu: rc $?"
+        python3 bench/ncu_step.py "$OUT/ncu-step-k4-tp8sim.csv" --markdown \
+            >"$OUT/ncu-step-k4-tp8sim-h200.md" && tail -12 "$OUT/ncu-step-k4-tp8sim-h200.md"
         ;;
     x8)
         X=(--set run.ctx_size=4096 --input-len 1024 --output-len 128)
