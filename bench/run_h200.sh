@@ -13,7 +13,9 @@
 #                                #   kernel (ncu, isolated kernel times) -> ncu-step-*.md
 #   bench/run_h200.sh x8         # 8 GPUs, TP8, all 61 layers: the sweep 1..256 (1K in / 128
 #                                #   out) with the per-operation breakdown, then spec vs plain
-#                                #   (EAGLE-3 head at Kimi dimensions, controlled acceptance)
+#                                #   (EAGLE-3 head at Kimi dimensions, controlled acceptance);
+#                                #   x8-low, x8-high, x8-spec run its three parts one at a time
+#                                #   (one sweep: cat the halves' .jsonl; bench/plot.py plots it)
 # Binaries: ./k25bench and ./k25-mkeagle (make CUDA=1). NVLink multicast stays off.
 set -u
 cd "$(dirname "$0")/.."
@@ -80,14 +82,23 @@ for job in "$@"; do
         python3 bench/ncu_step.py "$OUT/ncu-step-k4-tp8sim.csv" --markdown \
             >"$OUT/ncu-step-k4-tp8sim-h200.md" && tail -12 "$OUT/ncu-step-k4-tp8sim-h200.md"
         ;;
-    x8)
+    x8|x8-low|x8-high|x8-spec)
+        # x8 = the three parts; each part alone fits one 10-minute device call (each run
+        # generates the 73 GiB per rank of synthetic weights again, ~1 minute)
         X=(--set run.ctx_size=4096 --input-len 1024 --output-len 128)
-        bench k61-h200x8-tp8 8 "${KIMI[@]}" "${X[@]}" --concurrency 1,2,4,8,16,32,64,128,256 \
-            --profile-steps 3 --plot "$OUT/k61-h200x8-tp8.png"
-        ./k25-mkeagle --config config/kimi_k25.ini --synthetic 5 --intermediate 12288 \
-            --aux-layers 2,30,58 --out /tmp/k25-eagle-k61 2>>"$OUT/bench.log" || echo "k25-mkeagle failed"
-        bench spec-k61-h200x8-tp8 8 "${KIMI[@]}" "${X[@]}" --concurrency 1,4,16,64,256 \
-            --spec-draft eagle3:/tmp/k25-eagle-k61 --spec-k 3 --spec-accept 0.7,0.8 --profile-steps 0
+        case $job in x8|x8-low)
+            bench k61-h200x8-tp8-low 8 "${KIMI[@]}" "${X[@]}" --concurrency 1,2,4,8,16 \
+                --profile-steps 3 ;; esac
+        case $job in x8|x8-high)
+            bench k61-h200x8-tp8-high 8 "${KIMI[@]}" "${X[@]}" --concurrency 32,64,128,256 \
+                --profile-steps 3 ;; esac
+        case $job in x8|x8-spec)
+            ./k25-mkeagle --config config/kimi_k25.ini --synthetic 5 --intermediate 12288 \
+                --aux-layers 2,30,58 --out /tmp/k25-eagle-k61 2>>"$OUT/bench.log" ||
+                echo "k25-mkeagle failed"
+            bench spec-k61-h200x8-tp8 8 "${KIMI[@]}" "${X[@]}" --concurrency 1,4,16,64,256 \
+                --spec-draft eagle3:/tmp/k25-eagle-k61 --spec-k 3 --spec-accept 0.7,0.8 \
+                --profile-steps 0 ;; esac
         ;;
     *) echo "unknown job $job"; exit 2 ;;
     esac
