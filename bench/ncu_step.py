@@ -28,6 +28,7 @@ GROUPS = [
     ("gemv_tile_kernel", "projections"),
     ("gemv_bf16_kernel", "projections"),
     ("nvjet", "projections"),
+    ("cublasLt", "projections"),
     ("f32_to_bf16", "projections"),
     ("mla_", "attention"),
     ("router_", "router"),
