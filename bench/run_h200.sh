@@ -83,7 +83,7 @@ for job in "$@"; do
             >"$OUT/ncu-step-k4-tp8sim-h200.md" && tail -12 "$OUT/ncu-step-k4-tp8sim-h200.md"
         ;;
     x8|x8-low|x8-high|x8-spec)
-        # x8 = the three parts; each part alone fits one 10-minute device call (each run
+        # x8 = the three parts; each part alone fits a 10-minute job limit (each run
         # generates the 73 GiB per rank of synthetic weights again, ~1 minute)
         X=(--set run.ctx_size=4096 --input-len 1024 --output-len 128)
         case $job in x8|x8-low)
