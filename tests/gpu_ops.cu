@@ -128,6 +128,18 @@ static void set_batch_both(pair *p, const k25_batch *b) {
 }
 
 // A batch of T rows: sequences round-robin over n_seq slots, each continuing at pos0[s].
+// Values of the GPU arrays a[n] and b[n] whose bits differ.
+static size_t gpu_bits_differ(pair *p, const float *a, const float *b, size_t n) {
+    float *ha = (float *)k25_malloc(sizeof(float) * n);
+    float *hb = (float *)k25_malloc(sizeof(float) * n);
+    p->gpu->to_host(p->gpu, ha, a, sizeof(float) * n);
+    p->gpu->to_host(p->gpu, hb, b, sizeof(float) * n);
+    size_t diff = 0;
+    for (size_t i = 0; i < n; i++) diff += memcmp(&ha[i], &hb[i], 4) != 0;
+    free(ha), free(hb);
+    return diff;
+}
+
 typedef struct batch_buf {
     k25_batch b;
     int32_t *tokens, *pos, *seq, *table;
@@ -245,6 +257,18 @@ static void check_rows_ops(pair *p, int T) {
         p->gpu->rmsnorm(p->gpu, x.g, D, &L->attn_norm, cfg->norm_eps, T, D, y.g);
         double e = dbuf_err(p, &y, (size_t)T * D);
         report(e <= 1e-5, "rmsnorm        T=%-4d n=%d rel=%.2e", T, D, e);
+        if (T > 1) {
+            // each row alone gives the T-row call's bits: a row's norm does not depend on the
+            // step's other rows (speculative verification equals plain decoding)
+            float *y1 = (float *)p->gpu->alloc(p->gpu, sizeof(float) * (size_t)T * D);
+            for (int t = 0; t < T; t++)
+                p->gpu->rmsnorm(p->gpu, x.g + (size_t)t * D, D, &L->attn_norm, cfg->norm_eps, 1,
+                                D, y1 + (size_t)t * D);
+            size_t diff = gpu_bits_differ(p, y.g, y1, (size_t)T * D);
+            report(diff == 0, "rmsnorm        T=%-4d n=%d same bits row by row: %zu values differ",
+                   T, D, diff);
+            p->gpu->free(p->gpu, y1);
+        }
         // strided input: the first q_lora values of each [D] row (ld = D)
         int n2 = cfg->q_lora_rank < D ? cfg->q_lora_rank : D;
         dbuf_poison(p, &y);
@@ -316,15 +340,9 @@ static void check_matmul_one(pair *p, const k25_tensor *Wc, const k25_tensor *Wg
             p->gpu->matmul(p->gpu, x.g + (size_t)t0 * K, Wg, len, yc + (size_t)t0 * N);
             calls++;
         }
-        float *ha = (float *)k25_malloc(sizeof(float) * (size_t)T * N);
-        float *hb = (float *)k25_malloc(sizeof(float) * (size_t)T * N);
-        p->gpu->to_host(p->gpu, ha, y.g, sizeof(float) * (size_t)T * N);
-        p->gpu->to_host(p->gpu, hb, yc, sizeof(float) * (size_t)T * N);
-        size_t diff = 0;
-        for (size_t i = 0; i < (size_t)T * N; i++) diff += memcmp(&ha[i], &hb[i], 4) != 0;
+        size_t diff = gpu_bits_differ(p, y.g, yc, (size_t)T * N);
         report(diff == 0, "matmul %-8s T=%-4d N=%-6d K=%-6d same bits in %d calls of 1, 2, ... "
                "rows: %zu values differ", what, T, N, K, calls, diff);
-        free(ha), free(hb);
         p->gpu->free(p->gpu, yc);
     }
     dbuf_free(p, &x), dbuf_free(p, &y);
@@ -339,18 +357,6 @@ static size_t dbuf_written_past(pair *p, dbuf *b, size_t from) {
     for (size_t i = from; i < b->n; i++) bad += !isnan(h[i]);
     free(h);
     return bad;
-}
-
-// Values of the GPU arrays a[n] and b[n] whose bits differ.
-static size_t gpu_bits_differ(pair *p, const float *a, const float *b, size_t n) {
-    float *ha = (float *)k25_malloc(sizeof(float) * n);
-    float *hb = (float *)k25_malloc(sizeof(float) * n);
-    p->gpu->to_host(p->gpu, ha, a, sizeof(float) * n);
-    p->gpu->to_host(p->gpu, hb, b, sizeof(float) * n);
-    size_t diff = 0;
-    for (size_t i = 0; i < n; i++) diff += memcmp(&ha[i], &hb[i], 4) != 0;
-    free(ha), free(hb);
-    return diff;
 }
 
 // Two projections of the same input (matmul2: y1 = x W1^T, y2 = x W2^T) on both backends: both
