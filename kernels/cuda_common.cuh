@@ -35,6 +35,9 @@
     } while (0)
 
 // Non-zero when K25_CUDA_SYNC=1: synchronize after every launch (slow, precise errors).
+// Non-zero when environment variable `name` is set to anything but "" or "0" (the backend's
+// switches; callers read it once).
+int k25_env_flag(const char *name);
 int k25_cuda_debug_sync(void);
 void k25_cuda_launch_check(cudaStream_t s, const char *what, const char *file, int line);
 #define K25_LAUNCH_CHECK(stream, what) k25_cuda_launch_check((stream), (what), __FILE__, __LINE__)

@@ -9,21 +9,20 @@
 // Launch checks
 // ------------------------------------------------------------------------------------------
 
+int k25_env_flag(const char *name) {
+    const char *e = getenv(name);
+    return e && *e && strcmp(e, "0") != 0;
+}
+
 int k25_cuda_debug_sync(void) {
     static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("K25_CUDA_SYNC");
-        v = e && *e && strcmp(e, "0") != 0;
-    }
+    if (v < 0) v = k25_env_flag("K25_CUDA_SYNC");
     return v;
 }
 
 int k25_pdl_enabled(void) {
     static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("K25_NO_PDL");
-        v = !(e && *e && strcmp(e, "0") != 0);
-    }
+    if (v < 0) v = !k25_env_flag("K25_NO_PDL");
     return v;
 }
 

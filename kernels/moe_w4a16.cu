@@ -534,10 +534,7 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
 
 int k25k_split_activations(void) {
     static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("K25_BF16_ACTIVATIONS");
-        v = !(e && *e && strcmp(e, "0") != 0);
-    }
+    if (v < 0) v = !k25_env_flag("K25_BF16_ACTIVATIONS");
     return v;
 }
 
