@@ -71,50 +71,221 @@ void k25k_embed(const int32_t *tokens, int T, const uint16_t *emb, int64_t V, in
 // ------------------------------------------------------------------------------------------
 // RMSNorm
 // ------------------------------------------------------------------------------------------
+// One block per row, one pass over global memory: every thread loads its chunks of the row
+// (and of d, and of w) into registers, h += d is written back at once, the sum of squares comes
+// from the registers, one block reduction, then out is written from the registers. The old
+// kernel made three dependent passes (add + write h, read back for the sum, read again for the
+// output), each a round trip to L2, for rows of a few tens of KB.
+//
+// Layout: chunk c holds elements 4c..4c+3; thread tid owns chunks tid + k * threads, k < v
+// (coalesced 16-byte accesses). The plan (threads, v) depends on n only, and so does the
+// summation order: per thread ascending k, within a chunk elements in order (fmaf), then the
+// xor butterfly over the warp, then the warp partials in a second butterfly. A row's bits
+// therefore do not depend on T, the other rows, or which of the two kernels ran (the loop
+// fallback uses the same plan and order; elements past n count as zeros, which add exactly 0).
 
-// One block per row. h (optional, stride n) += d first (the fused residual add), then
-// out = x / rms(x) * w. Sum of squares in f32 over the block, fixed order.
+// Most threads per block (chunks per thread in registers: 1..4, see rms_reg_kernel_for).
+#define K25_RMS_MAX_THREADS 1024
+
+struct rms_plan {
+    int threads, v;
+};
+
+// v = the fewest chunks per thread with at most 1024 threads: n = 7168: 896 threads x 2 chunks;
+// 1536: 384 x 1; 512: 128 x 1; <= 128: one warp (no shared-memory step). Rows up to 16384
+// elements (v <= 4) run from registers, longer ones through the loop kernel with the same plan.
+// Why many threads with few chunks each, not 256 x 7: ptxas (CUDA 13.0, SASS of this file)
+// keeps a thread's loads ahead of their first use only while they are few. In the add variant
+// with 3 or more chunks per thread (6+ loads of h and d) it placed the adds of the first chunks
+// between the loads of the last ones, and a warp stalled at its first add cannot issue the
+// loads behind it: two L2 round trips instead of one. With 1 or 2 chunks every load is issued
+// before the first add (the plain variant keeps up to 4 chunks' loads together). The wider
+// block costs little: the row lives on one SM either way, whose L1 takes the same bytes per
+// clock whatever the number of warps, and the reduction is one barrier and two 5-step
+// butterflies for 28 warps as for 8.
+static rms_plan rms_plan_for(int n) {
+    const int nv = (int)k25_cdiv(n, 4);
+    rms_plan p;
+    p.v = (int)k25_cdiv(nv, K25_RMS_MAX_THREADS);
+    p.threads = (int)k25_cdiv(k25_cdiv(nv, p.v), 32) * 32;
+    return p;
+}
+
+__device__ __forceinline__ float rms_sq4(float ss, float a, float b, float c, float d) {
+    ss = fmaf(a, a, ss);
+    ss = fmaf(b, b, ss);
+    ss = fmaf(c, c, ss);
+    return fmaf(d, d, ss);
+}
+
+// Sum over the block, the same bits in every thread (an xor butterfly gives every lane the same
+// sum). One barrier: scratch is used once per kernel. A one-warp block skips the shared-memory
+// step (adding the zero partials of absent warps would not change the value).
+__device__ __forceinline__ float rms_block_sum(float v, float *scratch) {
+    v = k25_warp_sum(v);
+    const int nw = blockDim.x >> 5;
+    if (nw == 1) return v;
+    const int lane = threadIdx.x & 31;
+    if (lane == 0) scratch[threadIdx.x >> 5] = v;
+    __syncthreads();
+    return k25_warp_sum(lane < nw ? scratch[lane] : 0.0f);
+}
+
+// out = x * r * w with the product in this order in both kernels.
+__device__ __forceinline__ float rms_scale(float x, float r, float w) { return x * r * w; }
+
+// The register path: n % 4 == 0, x/h/d/out 16-byte aligned, w 8-byte aligned, ld % 4 == 0,
+// v == V. w is constant during a step, so its loads are issued before k25_pdl_wait() (they
+// overlap the previous kernel's drain). Every load is coherent (__ldcg, no const __restrict__):
+// ptxas moves ld.global.nc across griddepcontrol.wait in both directions, which would lose the
+// weight prologue or hoist a read of the previous kernel's output above the wait (PDL rules in
+// cuda_common.cuh).
+template <bool kAdd, int V>
+__global__ void __launch_bounds__(K25_RMS_MAX_THREADS)
+    rmsnorm_reg_kernel(const float *x, int ld, float *h, const float *d, const uint16_t *w,
+                       float eps, int n, float *out) {
+    __shared__ float scratch[32];
+    k25_pdl_trigger();
+    const int nv = n >> 2, tid = threadIdx.x, nt = blockDim.x;
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    const uint2 *w4 = reinterpret_cast<const uint2 *>(w); // 4 bf16 per chunk
+    uint2 wr[V];
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        const int c = tid + k * nt;
+        wr[k] = c < nv ? __ldcg(w4 + c) : make_uint2(0u, 0u);
+    }
+    k25_pdl_wait();
+
+    // Every load of the row (and of d) is issued before the first use: one round trip.
+    const size_t row = blockIdx.x;
+    float4 *h4 = reinterpret_cast<float4 *>(h + (kAdd ? row * n : 0));
+    const float4 *x4 = kAdd ? h4 : reinterpret_cast<const float4 *>(x + row * ld);
+    float4 v[V];
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        const int c = tid + k * nt;
+        v[k] = c < nv ? __ldcg(x4 + c) : zero;
+    }
+    if (kAdd) {
+        const float4 *d4 = reinterpret_cast<const float4 *>(d + row * n);
+        float4 e[V];
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            const int c = tid + k * nt;
+            e[k] = c < nv ? __ldcg(d4 + c) : zero;
+        }
+#pragma unroll
+        for (int k = 0; k < V; k++) {
+            const int c = tid + k * nt;
+            v[k].x += e[k].x;
+            v[k].y += e[k].y;
+            v[k].z += e[k].z;
+            v[k].w += e[k].w;
+            if (c < nv) h4[c] = v[k];
+        }
+    }
+    float ss = 0.0f; // chunks past the row are zeros: they add exactly nothing
+#pragma unroll
+    for (int k = 0; k < V; k++) ss = rms_sq4(ss, v[k].x, v[k].y, v[k].z, v[k].w);
+    ss = rms_block_sum(ss, scratch);
+    const float r = rsqrtf(ss / (float)n + eps);
+    float4 *o4 = reinterpret_cast<float4 *>(out + row * n);
+#pragma unroll
+    for (int k = 0; k < V; k++) {
+        const int c = tid + k * nt;
+        if (c < nv)
+            o4[c] = make_float4(rms_scale(v[k].x, r, k25_bf16_lo(wr[k].x)),
+                                rms_scale(v[k].y, r, k25_bf16_hi(wr[k].x)),
+                                rms_scale(v[k].z, r, k25_bf16_lo(wr[k].y)),
+                                rms_scale(v[k].w, r, k25_bf16_hi(wr[k].y)));
+    }
+}
+
+// Any n and alignment (and rows too long for registers): the same plan and summation order,
+// element by element, the row read a second time for the output (a thread re-reads only the
+// elements it wrote itself). Waits at the top.
 template <bool kAdd>
-__global__ void rmsnorm_kernel(const float *__restrict__ x, int ld, float *h, const float *d,
-                               const uint16_t *__restrict__ w, float eps, int n,
-                               float *__restrict__ out) {
+__global__ void __launch_bounds__(K25_RMS_MAX_THREADS)
+    rmsnorm_loop_kernel(const float *x, int ld, float *h, const float *d, const uint16_t *w,
+                        float eps, int n, int v, float *out) {
     __shared__ float scratch[32];
     k25_pdl_trigger();
     k25_pdl_wait();
-    int t = blockIdx.x;
-    const float *xr;
-    if (kAdd) {
-        float *hr = h + (size_t)t * n;
-        const float *dr = d + (size_t)t * n;
-        for (int i = threadIdx.x; i < n; i += blockDim.x) hr[i] += dr[i];
-        __syncthreads(); // every element of hr is read back by the same thread only, but the
-                         // sum below reads them in another order: keep it simple and safe.
-        xr = hr;
-    } else {
-        xr = x + (size_t)t * ld;
-    }
+    const size_t row = blockIdx.x;
+    const int tid = threadIdx.x, nt = blockDim.x;
+    float *hr = kAdd ? h + row * n : nullptr;
+    const float *xr = kAdd ? hr : x + row * ld;
+    const float *dr = kAdd ? d + row * n : nullptr;
     float ss = 0.0f;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) ss += xr[i] * xr[i];
-    ss = k25_block_sum(ss, scratch);
-    float r = rsqrtf(ss / (float)n + eps);
-    float *o = out + (size_t)t * n;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) o[i] = xr[i] * r * k25_bf16f(w[i]);
+    for (int k = 0; k < v; k++) {
+        const int i0 = 4 * (tid + k * nt);
+        if (i0 >= n) break;
+        float a[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) a[j] = i0 + j < n ? xr[i0 + j] : 0.0f;
+        if (kAdd) {
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                if (i0 + j < n) {
+                    a[j] += dr[i0 + j];
+                    hr[i0 + j] = a[j];
+                }
+        }
+        ss = rms_sq4(ss, a[0], a[1], a[2], a[3]);
+    }
+    ss = rms_block_sum(ss, scratch);
+    const float r = rsqrtf(ss / (float)n + eps);
+    float *o = out + row * n;
+    for (int k = 0; k < v; k++) {
+        const int i0 = 4 * (tid + k * nt);
+        if (i0 >= n) break;
+        for (int j = 0; j < 4 && i0 + j < n; j++)
+            o[i0 + j] = rms_scale(xr[i0 + j], r, k25_bf16f(w[i0 + j]));
+    }
+}
+
+typedef void (*rms_reg_fn)(const float *, int, float *, const float *, const uint16_t *, float,
+                           int, float *);
+
+template <bool kAdd>
+static rms_reg_fn rms_reg_kernel_for(int v) {
+    switch (v) {
+    case 1: return rmsnorm_reg_kernel<kAdd, 1>;
+    case 2: return rmsnorm_reg_kernel<kAdd, 2>;
+    case 3: return rmsnorm_reg_kernel<kAdd, 3>;
+    case 4: return rmsnorm_reg_kernel<kAdd, 4>;
+    default: return nullptr;
+    }
+}
+
+static int rms_aligned(const void *p, uintptr_t a) { return ((uintptr_t)p & (a - 1)) == 0; }
+
+// kAdd: h (stride n) += d, then the norm of h; else the norm of x (stride ld).
+template <bool kAdd>
+static void rmsnorm_launch(const char *what, const float *x, int ld, float *h, const float *d,
+                           const uint16_t *w, float eps, int T, int n, float *out,
+                           cudaStream_t s) {
+    if (T <= 0 || n <= 0) return;
+    const rms_plan p = rms_plan_for(n);
+    const int vec = n % 4 == 0 && ld % 4 == 0 && rms_aligned(kAdd ? (const void *)h : x, 16) &&
+                    (!kAdd || rms_aligned(d, 16)) && rms_aligned(out, 16) && rms_aligned(w, 8);
+    rms_reg_fn reg = vec ? rms_reg_kernel_for<kAdd>(p.v) : nullptr;
+    if (reg)
+        k25_launch(what, reg, T, p.threads, 0, s, x, ld, h, d, w, eps, n, out);
+    else
+        k25_launch(what, rmsnorm_loop_kernel<kAdd>, T, p.threads, 0, s, x, ld, h, d, w, eps, n,
+                   p.v, out);
 }
 
 void k25k_rmsnorm(const float *x, int ld, const uint16_t *w, float eps, int T, int n, float *out,
                   cudaStream_t s) {
-    if (T <= 0) return;
-    int threads = n >= 1024 ? 1024 : (n >= 256 ? 256 : 128);
-    k25_launch("rmsnorm", rmsnorm_kernel<false>, T, threads, 0, s, x, ld, nullptr, nullptr, w, eps,
-               n, out);
+    rmsnorm_launch<false>("rmsnorm", x, ld, nullptr, nullptr, w, eps, T, n, out, s);
 }
 
 void k25k_add_rmsnorm(float *h, const float *d, const uint16_t *w, float eps, int T, int n,
                       float *out, cudaStream_t s) {
-    if (T <= 0) return;
-    int threads = n >= 1024 ? 1024 : (n >= 256 ? 256 : 128);
-    k25_launch("add_rmsnorm", rmsnorm_kernel<true>, T, threads, 0, s, nullptr, n, h, d, w, eps, n,
-               out);
+    rmsnorm_launch<true>("add_rmsnorm", nullptr, n, h, d, w, eps, T, n, out, s);
 }
 
 // ------------------------------------------------------------------------------------------

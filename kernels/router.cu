@@ -2,7 +2,175 @@
 // for choosing only, group-limited top-k (groups ranked by the sum of their two best biased
 // scores), weights = chosen unbiased scores normalized and scaled. Same rules and tie-breaks as
 // the CPU reference (higher value first, then lower index).
+//
+// Two kernels with the same results. The warp kernel (one warp per row, E <= 1024 experts,
+// n_group <= 32, top_k <= 32: every configuration we run) holds a row's scores in registers
+// and chooses with shuffles only: a selection round is one 5-step warp reduction, no block
+// barrier. The block kernel (one block of 256 threads per row, scores in shared memory) covers
+// the larger shapes; K25_ROUTER_BLOCK=1 forces it (A/B runs, and the check of that path).
+#include <stdlib.h>
+
 #include "cuda_kernels.cuh"
+
+// ------------------------------------------------------------------------------------------
+// One warp per row
+// ------------------------------------------------------------------------------------------
+// A candidate is a 64-bit key whose unsigned order is the choosing order: high word the biased
+// score mapped to an order-preserving integer (-0 taken as +0, so equal floats stay equal),
+// low word ~expert (the lower index wins among equal scores). Key 0 is "nothing": a real key's
+// low word is >= 2^32 - 1024. Decoded, ~low word is the expert, -1 for nothing. Both kernels
+// agree on every non-NaN input (the order is total); with NaN scores the block kernel's choice
+// depends on its scan order anyway, here a NaN with the sign bit clear ranks first.
+
+constexpr int kRowsPerBlock = 4; // warps (rows) per block of the warp kernel
+
+__device__ __forceinline__ uint64_t choice_key(float v, int e) {
+    uint32_t u = __float_as_uint(v);
+    if (u == 0x80000000u) u = 0;
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return (uint64_t)u << 32 | (uint32_t)~e;
+}
+
+__device__ __forceinline__ int choice_index(uint64_t key) { return (int)~(uint32_t)key; }
+
+__device__ __forceinline__ uint64_t key_max(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+// Best key of a lane's NPL candidates: a pairwise tree (depth log2 NPL, not a chain of NPL).
+template <int NPL> __device__ __forceinline__ uint64_t lane_best(const uint64_t (&key)[NPL]) {
+    uint64_t t[NPL];
+#pragma unroll
+    for (int j = 0; j < NPL; j++) t[j] = key[j];
+#pragma unroll
+    for (int w = 1; w < NPL; w *= 2)
+#pragma unroll
+        for (int j = 0; j + w < NPL; j += 2 * w) t[j] = key_max(t[j], t[j + w]);
+    return t[0];
+}
+
+__device__ __forceinline__ uint64_t warp_best_key(uint64_t k) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) k = key_max(k, __shfl_xor_sync(0xffffffffu, k, o));
+    return k;
+}
+
+// Group-limited routing on the warp: which of the lane's candidates (bit j: expert j*32 + lane)
+// lie in the topk_group best groups. A group's score is the sum of its two largest biased
+// scores; only values matter there (the two best by value-then-index have the two largest
+// values), so a group is one top-2 merge of floats across the warp. Groups are then chosen like
+// experts (higher score, then lower group index), one key per lane g < G.
+template <int NPL>
+__device__ __forceinline__ uint32_t kept_by_groups(const float (&sel)[NPL], int lane, int E,
+                                                   int G, int topk_group) {
+    const int per = E / G;
+    int grp[NPL]; // lane's candidate j: its group, -1 past E
+#pragma unroll
+    for (int j = 0; j < NPL; j++) grp[j] = j * 32 + lane < E ? (j * 32 + lane) / per : -1;
+    float gscore = -INFINITY; // lane g: group g's score
+    for (int g = 0; g < G; g++) {
+        float m1 = -INFINITY, m2 = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < NPL; j++) {
+            if (grp[j] != g) continue;
+            if (sel[j] > m1) {
+                m2 = m1;
+                m1 = sel[j];
+            } else if (sel[j] > m2) {
+                m2 = sel[j];
+            }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const float o1 = __shfl_xor_sync(0xffffffffu, m1, o);
+            const float o2 = __shfl_xor_sync(0xffffffffu, m2, o);
+            m2 = fmaxf(fminf(m1, o1), fmaxf(m2, o2));
+            m1 = fmaxf(m1, o1);
+        }
+        if (lane == g) gscore = per >= 2 ? m1 + m2 : m1;
+    }
+    uint64_t gkey = lane < G ? choice_key(gscore, lane) : 0;
+    uint32_t groups = 0;
+    for (int r = 0; r < topk_group; r++) {
+        const int g = choice_index(warp_best_key(gkey));
+        if (g < 0) break;
+        groups |= 1u << g;
+        if (lane == g) gkey = 0;
+    }
+    uint32_t kept = 0;
+#pragma unroll
+    for (int j = 0; j < NPL; j++)
+        if (grp[j] >= 0 && (groups >> grp[j] & 1u)) kept |= 1u << j;
+    return kept;
+}
+
+// Block of kRowsPerBlock warps, warp w: row blockIdx.x * kRowsPerBlock + w; lane holds experts
+// j*32 + lane, j < NPL (coalesced loads). The bias is a weight: it is loaded before the wait,
+// while the router GEMV still runs; the logits (that GEMV's output) are read after it, with
+// coherent loads like the bias (see the PDL rules in cuda_common.cuh).
+template <int NPL>
+__global__ void __launch_bounds__(32 * kRowsPerBlock)
+    router_topk_warp_kernel(const float *logits, const float *bias, int T, int E, int G,
+                            int topk_group, int top_k, int norm_topk, float scale,
+                            int32_t *__restrict__ idx, float *__restrict__ wts) {
+    const int lane = threadIdx.x & 31;
+    const int t = blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5);
+    k25_pdl_trigger();
+    float b[NPL];
+#pragma unroll
+    for (int j = 0; j < NPL; j++) b[j] = j * 32 + lane < E ? __ldcg(bias + j * 32 + lane) : 0.0f;
+    k25_pdl_wait();
+    if (t >= T) return;
+    const float *lg = logits + (size_t)t * E; // [E]
+    // every load issued before the first use: the division's slow path is a branch, and loads
+    // written next to it would each wait for the previous score (NPL round trips, not one)
+    float score[NPL], sel[NPL];
+#pragma unroll
+    for (int j = 0; j < NPL; j++) score[j] = j * 32 + lane < E ? __ldcg(lg + j * 32 + lane) : 0.0f;
+#pragma unroll
+    for (int j = 0; j < NPL; j++) {
+        score[j] = 1.0f / (1.0f + expf(-score[j]));
+        sel[j] = score[j] + b[j];
+    }
+    const uint32_t kept = G > 1 ? kept_by_groups(sel, lane, E, G, topk_group) : ~0u;
+    uint64_t key[NPL];
+#pragma unroll
+    for (int j = 0; j < NPL; j++)
+        key[j] = j * 32 + lane < E && (kept >> j & 1u) ? choice_key(sel[j], j * 32 + lane) : 0;
+
+    // top_k rounds: the warp's best of the lanes' bests; the lane that held it drops it and
+    // takes its next best. Lane k keeps the k-th choice.
+    uint64_t mine = lane_best(key);
+    int chosen = -1;
+    for (int k = 0; k < top_k; k++) {
+        const int e = choice_index(warp_best_key(mine));
+        if (lane == k) chosen = e;
+        if (k + 1 == top_k) break;
+#pragma unroll
+        for (int j = 0; j < NPL; j++)
+            if (j * 32 + lane == e) key[j] = 0;
+        mine = lane_best(key);
+    }
+
+    // lane k < top_k: the unbiased score of its choice, from the lane that holds it; the sum in
+    // choice order and in double, as the CPU reference and the block kernel
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NPL; j++) {
+        const float v = __shfl_sync(0xffffffffu, score[j], chosen & 31);
+        if (chosen >= 0 && chosen >> 5 == j) s = v;
+    }
+    double sum = 0.0;
+    for (int k = 0; k < top_k; k++) sum += (double)__shfl_sync(0xffffffffu, s, k);
+    if (lane < top_k) {
+        double w = (double)s;
+        if (norm_topk) w /= sum + 1e-20;
+        idx[(size_t)t * top_k + lane] = chosen;
+        wts[(size_t)t * top_k + lane] = (float)(w * scale);
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// One block per row (large shapes)
+// ------------------------------------------------------------------------------------------
 
 struct vi {
     float v;
@@ -126,12 +294,47 @@ __global__ void __launch_bounds__(256) router_topk_kernel(const float *__restric
     }
 }
 
+// ------------------------------------------------------------------------------------------
+// Launcher
+// ------------------------------------------------------------------------------------------
+
+template <int NPL>
+static void launch_warp(const float *logits, const float *bias, int T, int E, int G,
+                        int topk_group, int top_k, int norm_topk, float scale, int32_t *idx,
+                        float *wts, cudaStream_t s) {
+    const int rows = T < kRowsPerBlock ? T : kRowsPerBlock;
+    k25_launch("router_topk_warp", router_topk_warp_kernel<NPL>,
+               (unsigned)k25_cdiv(T, kRowsPerBlock), 32 * rows, 0, s, logits, bias, T, E, G,
+               topk_group, top_k, norm_topk, scale, idx, wts);
+}
+
+static int router_block_forced(void) {
+    static int forced = -1;
+    if (forced < 0) {
+        const char *e = getenv("K25_ROUTER_BLOCK");
+        forced = e && atoi(e) ? 1 : 0;
+    }
+    return forced;
+}
+
 void k25k_router_topk(const float *logits, const float *bias, int T, int E, int n_group,
                       int topk_group, int top_k, int norm_topk, float scale, int32_t *idx,
                       float *wts, cudaStream_t s) {
     if (T <= 0) return;
     if (n_group > 256 || top_k > 64 || (n_group > 0 && E % n_group))
         K25_DIE("router: n_group %d / top_k %d / experts %d not supported", n_group, top_k, E);
+    const int G = n_group > 1 ? n_group : 1, per_lane = (int)k25_cdiv(E, 32);
+    if (!router_block_forced() && G <= 32 && top_k <= 32 && per_lane <= 32) {
+        auto *launch = per_lane <= 1    ? launch_warp<1>
+                       : per_lane <= 2  ? launch_warp<2>
+                       : per_lane <= 4  ? launch_warp<4>
+                       : per_lane <= 8  ? launch_warp<8>
+                       : per_lane <= 12 ? launch_warp<12>
+                       : per_lane <= 16 ? launch_warp<16>
+                                        : launch_warp<32>;
+        launch(logits, bias, T, E, G, topk_group, top_k, norm_topk, scale, idx, wts, s);
+        return;
+    }
     size_t smem = sizeof(float) * 2 * (size_t)E + (size_t)E;
     if (smem > 48 * 1024) K25_DIE("router: %d experts exceed the shared-memory top-k", E);
     k25_launch("router_topk", router_topk_kernel, T, 256, smem, s, logits, bias, E, n_group,

@@ -29,7 +29,7 @@ import shutil
 import subprocess
 import sys
 
-DEFAULT_PROLOGUE = r"mla_out_kernel|mla_absorb_kernel|gemv_tile_kernel"
+DEFAULT_PROLOGUE = r"mla_out_kernel|mla_absorb_kernel|gemv_tile_kernel|router_topk_warp_kernel|rmsnorm_reg_kernel"
 DEFAULT_EXEMPT = r"w4_repack_|synth_fill_kernel"
 
 # Global or generic memory instructions (shared memory and constant-bank loads are not).

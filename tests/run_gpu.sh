@@ -107,6 +107,10 @@ if [ -x "$K25" ]; then
         golden "${n}_np1_no_pdl" "$d" 1 K25_KV_F32=1 K25_NO_PDL=1
         check "${n}_pdl_same_bits" 30 cmp "$tmp/${n}_np1_graph.k25logits" \
             "$tmp/${n}_np1_no_pdl.k25logits"
+        # the router's block-per-row top-k (the fallback for large shapes) against the warp one
+        golden "${n}_np1_router_block" "$d" 1 K25_KV_F32=1 K25_ROUTER_BLOCK=1
+        check "${n}_router_block_same_bits" 30 cmp "$tmp/${n}_np1_graph.k25logits" \
+            "$tmp/${n}_np1_router_block.k25logits"
         if [ "$ngpu" -ge 2 ]; then
             golden "${n}_np2_graph" "$d" 2 K25_KV_F32=1
             golden "${n}_np2_nccl_only" "$d" 2 K25_KV_F32=1 K25_ONESHOT=0
