@@ -58,6 +58,9 @@ typedef struct cuda_impl {
     cudaEvent_t ev_fork, ev_join;
     int no_overlap, joined;      // joined: no side branch is waiting for join
     k25k_blas *blas;
+    // the router's cuBLASLt path (prefill): its own conversion buffer and algorithm workspace,
+    // because the shared expert may use blas at the same time on the side stream
+    k25k_blas *blas_routed;
     ncclComm_t nccl;
     int tp, tp_rank;
 
@@ -447,6 +450,7 @@ static void ensure_workspaces(cuda_impl *c, const k25_config *cfg, int rows) {
     for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++)
         if ((size_t)ks[i] > Kmax) Kmax = ks[i];
     k25k_blas_reserve(c->blas, Kmax * R * 2); // hi and lo halves
+    k25k_blas_reserve(c->blas_routed, (size_t)D * R * 2);
 
     dev_free(c, c->ws_mla);
     size_t mla = 0;
@@ -585,14 +589,20 @@ static void cuda_add_rmsnorm(k25_backend *be, float *h, const float *d, const k2
     k25k_add_rmsnorm(h, d, bf16_dev(w, n), eps, T, n, out, c->stream);
 }
 
+// The cuBLASLt path (T above the GEMV's row limit) converts x[T][K] into the workspace: grown
+// outside any graph capture, and the graphs that hold the old workspace dropped.
+static void blas_reserve(cuda_impl *c, k25k_blas *b, int T, int64_t K) {
+    if (T > 0 && (size_t)T * K * 2 > k25k_blas_capacity(b)) {
+        no_capture(c, "matmul workspace growth");
+        drop_graphs(c);
+        k25k_blas_reserve(b, (size_t)T * K * 2);
+    }
+}
+
 static void cuda_matmul(k25_backend *be, const float *x, const k25_tensor *W, int T, float *y) {
     cuda_impl *c = impl_of(be);
     const uint16_t *wd = bf16_dev(W, -1);
-    if (T > 0 && (size_t)T * W->cols * 2 > k25k_blas_capacity(c->blas)) {
-        no_capture(c, "matmul workspace growth");
-        drop_graphs(c);
-        k25k_blas_reserve(c->blas, (size_t)T * W->cols * 2);
-    }
+    blas_reserve(c, c->blas, T, W->cols);
     k25k_matmul(c->blas, x, wd, T, (int)W->rows, (int)W->cols, y, c->stream);
 }
 
@@ -603,12 +613,7 @@ static void cuda_matmul2(k25_backend *be, const float *x, const k25_tensor *W1,
     if (W1->cols != W2->cols)
         K25_DIE("matmul2: %s has %lld columns, %s %lld (one input for both)", W1->name,
                 (long long)W1->cols, W2->name, (long long)W2->cols);
-    // the cuBLASLt fallback converts x once into the workspace for both products
-    if (T > 0 && (size_t)T * W1->cols * 2 > k25k_blas_capacity(c->blas)) {
-        no_capture(c, "matmul workspace growth");
-        drop_graphs(c);
-        k25k_blas_reserve(c->blas, (size_t)T * W1->cols * 2);
-    }
+    blas_reserve(c, c->blas, T, W1->cols); // the cuBLASLt path converts x once for both
     k25k_matmul2(c->blas, x, w1, w2, T, (int)W1->rows, (int)W2->rows, (int)W1->cols, y1, y2,
                  c->stream);
 }
@@ -652,7 +657,10 @@ static void cuda_mla_attention(k25_backend *be, int layer, const k25_layer *L, f
     if (k25k_mla_workspace_floats(a.T, a.H, a.L, chunks) > c->ws_mla_floats)
         K25_DIE("mla: workspace sized for %d rows, step has %d", c->ws_rows, a.T);
     char *cl = (char *)c->cache + c->layer_elems * layer * (c->kv_f32 ? 4 : 2);
-    k25k_mla_attention(&a, cl, c->kv_f32, kvb, q, kv, out, c->ws_mla, chunks, c->stream);
+    // c->blas for the prefill projections (absorb, output): attention runs on the main stream
+    // outside the shared-expert branch, which is the other user of c->blas
+    k25k_mla_attention_blas(&a, cl, c->kv_f32, kvb, q, kv, out, c->ws_mla, chunks, c->blas,
+                            c->stream);
 }
 
 static void cuda_router(k25_backend *be, const float *x, const k25_layer *L, int32_t *idx,
@@ -662,8 +670,14 @@ static void cuda_router(k25_backend *be, const float *x, const k25_layer *L, int
     const int E = cfg->n_experts, D = cfg->hidden;
     if (L->router_bias.dtype != K25_F32 || !L->router_bias.dev)
         K25_DIE("%s: expected a loaded F32 bias", L->router_bias.name);
-    // f32 activations and accumulation for the router: its choices flip on small errors
-    k25k_gemv_bf16(x, bf16_dev(&L->router, (int64_t)E * D), c->T, E, D, c->ws_logits, c->stream);
+    // Up to the GEMV's row limit (decode, verification) f32 activations and accumulation, as
+    // every projection there: the choices flip on small errors, and a row's logits do not depend
+    // on the step's row count. Above it (prefill) the two-bf16-product cuBLASLt path of the
+    // other projections (the f32 tile GEMV at 512 rows took ~300 us per layer), with the routed
+    // side's own cuBLASLt buffers.
+    blas_reserve(c, c->blas_routed, c->T, D);
+    k25k_matmul(c->blas_routed, x, bf16_dev(&L->router, (int64_t)E * D), c->T, E, D, c->ws_logits,
+                c->stream);
     k25k_router_topk(c->ws_logits, (const float *)L->router_bias.dev, c->T, E, cfg->n_group,
                      cfg->topk_group, cfg->top_k, cfg->norm_topk_prob, cfg->routed_scale, idx,
                      wts, c->stream);
@@ -936,6 +950,7 @@ static void cuda_destroy(k25_backend *be) {
     free(c->h_pos);
     free(c->h_seq);
     k25k_blas_destroy(c->blas);
+    k25k_blas_destroy(c->blas_routed);
     if (c->oneshot) oneshot_destroy(c->oneshot);
     if (c->nccl) ncclCommDestroy(c->nccl);
     CUDA_CHECK(cudaStreamSynchronize(c->side_stream));
@@ -984,6 +999,7 @@ extern "C" k25_backend *backend_cuda_create(const k25_config *cfg, const k25_dis
     c->stream = c->main_stream;
     c->joined = 1;
     c->blas = k25k_blas_create((size_t)32 << 20);
+    c->blas_routed = k25k_blas_create((size_t)32 << 20);
     c->tp = dist && dist->tp_size > 0 ? dist->tp_size : 1;
     c->tp_rank = dist ? dist->tp_rank : 0;
     if (c->tp > 1) {

@@ -167,3 +167,22 @@ void k25k_sample_candidates(const float *logits, int T, int V_local, int vocab_b
 void k25k_synth_fill(void *dst, int elem_size, int kind, int exp, uint64_t seed, uint64_t id,
                      int64_t rows, int64_t cols, int64_t g_cols, int64_t row0, int64_t col0,
                      cudaStream_t s);
+
+// ---- matmul.cu: strided batches on cuBLASLt, and the GEMV row limit ----
+// For i < batch, row-major: Y_i[M][N] = beta Y_i + X_i[M][K] op(W_i), X_i = x + i sx (bf16, row
+// stride ldx), W_i = w + i sw (bf16, row stride ldw; w_nk: stored [N][K], op = transpose; else
+// stored [K][N]), Y_i = y + i sy (f32, row stride ldy); f32 accumulation. Strides in elements.
+void k25k_gemm_bf16_strided(k25k_blas *b, int w_nk, int M, int N, int K, int batch,
+                            const uint16_t *x, int64_t ldx, int64_t sx, const uint16_t *w,
+                            int64_t ldw, int64_t sw, float *y, int64_t ldy, int64_t sy,
+                            float beta, cudaStream_t s);
+// Rows up to which k25k_matmul runs the GEMV (K25_GEMV_MAX_T, default K25K_GEMV_MAX_T_DEFAULT).
+int k25k_blas_gemv_max_t(const k25k_blas *b);
+
+// ---- mla.cu: k25k_mla_attention with the backend's cuBLASLt handle ----
+// Above k25k_blas_gemv_max_t(blas) rows the q absorption and the W_UV projection run as
+// per-head bf16 GEMMs (activations split hi + lo unless K25_BF16_ACTIVATIONS=1); at or below
+// it, or with blas NULL, exactly as k25k_mla_attention (the CUDA-core kernels).
+void k25k_mla_attention_blas(const k25k_mla_args *a, void *cache, int cache_f32,
+                             const uint16_t *kvb, float *q, float *kv, float *out, float *ws,
+                             int n_chunks, k25k_blas *blas, cudaStream_t s);

@@ -438,6 +438,8 @@ struct k25k_blas {
     lt_plan plans[LT_PLANS];
     int n_plans, next_evict;
     int gemv_max_t;     // GEMV for T <= this
+    struct lt_batched_plan *bplans; // [LT_BPLANS], k25k_gemm_bf16_strided
+    int n_bplans, next_bevict;
 };
 
 k25k_blas *k25k_blas_create(size_t workspace_bytes) {
@@ -470,9 +472,12 @@ static void plan_release(lt_plan *p) {
     p->valid = 0;
 }
 
+static void bplans_free(k25k_blas *b);
+
 void k25k_blas_destroy(k25k_blas *b) {
     if (!b) return;
     for (int i = 0; i < b->n_plans; i++) plan_release(&b->plans[i]);
+    bplans_free(b);
     cublasLtMatmulDescDestroy(b->desc);
     cublasLtDestroy(b->lt);
     cudaFree(b->workspace);
@@ -490,6 +495,8 @@ void k25k_blas_reserve(k25k_blas *b, size_t elems) {
 }
 
 size_t k25k_blas_capacity(const k25k_blas *b) { return b->xb_cap; }
+
+int k25k_blas_gemv_max_t(const k25k_blas *b) { return b->gemv_max_t; }
 
 static lt_plan *plan_get(k25k_blas *b, int N, int K, int T) {
     for (int i = 0; i < b->n_plans; i++) {
@@ -593,4 +600,125 @@ void k25k_matmul2(k25k_blas *b, const float *x, const uint16_t *W1, const uint16
     const int split = lt_stage(b, x, T, K, s);
     if (N1 > 0) lt_products(b, split, W1, T, N1, K, y1, s);
     if (N2 > 0) lt_products(b, split, W2, T, N2, K, y2, s);
+}
+
+// ------------------------------------------------------------------------------------------
+// cuBLASLt, strided batches (per-head products of the MLA prefill)
+// ------------------------------------------------------------------------------------------
+
+// Row-major Y_i[M][N] = X_i[M][K] op(W_i) is, column-major, Y_i^T [N x M] = op(W_i)^T X_i^T:
+// A = W_i (stored [N][K]: a K x N column-major matrix, transposed; stored [K][N]: N x K, as
+// is), B = X_i^T (K x M, ld ldx), C = D = Y_i^T (N x M, ld ldy). The descriptor and the layouts
+// carry the transposition, the batch and the strides, so a plan is kept per full shape; the
+// alignment the heuristic may assume is that of the actual pointers, strides and leading
+// dimensions (at most 256 bytes, its default), so that no algorithm needing more is picked.
+#define LT_BPLANS 16
+
+typedef struct lt_batched_plan {
+    int valid, w_nk, M, N, K, batch, align;
+    int64_t ldx, sx, ldw, sw, ldy, sy;
+    cublasLtMatmulDesc_t desc;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulAlgo_t algo;
+} lt_batched_plan;
+
+static void bplan_release(lt_batched_plan *p) {
+    if (!p->valid) return;
+    cublasLtMatrixLayoutDestroy(p->a);
+    cublasLtMatrixLayoutDestroy(p->b);
+    cublasLtMatrixLayoutDestroy(p->c);
+    cublasLtMatmulDescDestroy(p->desc);
+    p->valid = 0;
+}
+
+static void bplans_free(k25k_blas *b) {
+    for (int i = 0; i < b->n_bplans; i++) bplan_release(&b->bplans[i]);
+    free(b->bplans);
+}
+
+// Largest power of two <= 256 dividing the address and every byte step.
+static int lt_align(const void *p, int64_t step_bytes[], int n) {
+    uint64_t m = (uint64_t)(uintptr_t)p | 256;
+    for (int i = 0; i < n; i++) m |= (uint64_t)step_bytes[i];
+    return (int)(m & (~m + 1));
+}
+
+static void lt_layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, int rows, int cols, int64_t ld,
+                      int batch, int64_t stride) {
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(l, t, (uint64_t)rows, (uint64_t)cols, ld));
+    CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &batch,
+                                                  sizeof batch));
+    CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                  &stride, sizeof stride));
+}
+
+static lt_batched_plan *bplan_get(k25k_blas *b, int w_nk, int M, int N, int K, int batch,
+                                  int64_t ldx, int64_t sx, int64_t ldw, int64_t sw, int64_t ldy,
+                                  int64_t sy, int align) {
+    if (!b->bplans) b->bplans = (lt_batched_plan *)k25_calloc(LT_BPLANS, sizeof *b->bplans);
+    for (int i = 0; i < b->n_bplans; i++) {
+        lt_batched_plan *p = &b->bplans[i];
+        if (p->valid && p->w_nk == w_nk && p->M == M && p->N == N && p->K == K &&
+            p->batch == batch && p->ldx == ldx && p->sx == sx && p->ldw == ldw && p->sw == sw &&
+            p->ldy == ldy && p->sy == sy && p->align == align)
+            return p;
+    }
+    lt_batched_plan *p;
+    if (b->n_bplans < LT_BPLANS) {
+        p = &b->bplans[b->n_bplans++];
+    } else {
+        p = &b->bplans[b->next_bevict];
+        b->next_bevict = (b->next_bevict + 1) % LT_BPLANS;
+        bplan_release(p);
+    }
+    memset(p, 0, sizeof *p);
+    p->w_nk = w_nk, p->M = M, p->N = N, p->K = K, p->batch = batch, p->align = align;
+    p->ldx = ldx, p->sx = sx, p->ldw = ldw, p->sw = sw, p->ldy = ldy, p->sy = sy;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t ta = w_nk ? CUBLAS_OP_T : CUBLAS_OP_N, tb = CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    if (w_nk)
+        lt_layout(&p->a, CUDA_R_16BF, K, N, ldw, batch, sw);
+    else
+        lt_layout(&p->a, CUDA_R_16BF, N, K, ldw, batch, sw);
+    lt_layout(&p->b, CUDA_R_16BF, K, M, ldx, batch, sx);
+    lt_layout(&p->c, CUDA_R_32F, N, M, ldy, batch, sy);
+    cublasLtMatmulPreference_t pref;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                      &b->ws_bytes, sizeof b->ws_bytes));
+    const uint32_t al = (uint32_t)align;
+    const cublasLtMatmulPreferenceAttributes_t al_attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; i++)
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, al_attr[i], &al, sizeof al));
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(b->lt, p->desc, p->a, p->b, p->c, p->c, pref, 1,
+                                                &res, &found));
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (found < 1)
+        K25_DIE("cuBLASLt: no algorithm for %d batched bf16 GEMMs M=%d N=%d K=%d", batch, M, N, K);
+    p->algo = res.algo;
+    p->valid = 1;
+    return p;
+}
+
+void k25k_gemm_bf16_strided(k25k_blas *b, int w_nk, int M, int N, int K, int batch,
+                            const uint16_t *x, int64_t ldx, int64_t sx, const uint16_t *w,
+                            int64_t ldw, int64_t sw, float *y, int64_t ldy, int64_t sy,
+                            float beta, cudaStream_t s) {
+    if (M <= 0 || N <= 0 || batch <= 0) return;
+    int64_t steps[6] = {ldx * 2, sx * 2, ldw * 2, sw * 2, ldy * 4, sy * 4};
+    int align = lt_align(x, steps, 6);
+    const int aw = lt_align(w, steps, 6), ay = lt_align(y, steps, 6);
+    if (aw < align) align = aw;
+    if (ay < align) align = ay;
+    lt_batched_plan *p = bplan_get(b, w_nk, M, N, K, batch, ldx, sx, ldw, sw, ldy, sy, align);
+    const float alpha = 1.0f;
+    CUBLAS_CHECK(cublasLtMatmul(b->lt, p->desc, &alpha, w, p->a, x, p->b, &beta, y, p->c, y, p->c,
+                                &p->algo, b->workspace, b->ws_bytes, s));
+    K25_LAUNCH_CHECK(s, "cublasLt batched matmul");
 }

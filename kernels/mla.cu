@@ -5,6 +5,9 @@
 // cores, f32 cache on CUDA cores), the merge of the chunks, and the output projection through
 // W_UV.
 //
+// Prefill (more rows than the GEMV limit): the absorption and the W_UV projection are per-head
+// GEMMs on cuBLASLt instead (bf16 hi + lo split of the f32 activations, f32 accumulation).
+//
 // Shapes (local heads H): q [T][H][dn+dr], kv [T][L+dr] (raw kv_a output), out [T][H][dv];
 // cache [n_blocks*kv_block][L+dr] per layer, bf16 (default) or f32 (K25_KV_F32=1: the exact
 // latents, for bit-closeness to a float32 reference); kv_b [H*(dn+dv)][L] bf16.
@@ -682,6 +685,55 @@ __global__ void mla_out_kernel(k25k_mla_args a, const float *o_lat, const uint16
 }
 
 // ------------------------------------------------------------------------------------------
+// 6. prefill: absorption and W_UV projection as per-head GEMMs on tensor cores
+// ------------------------------------------------------------------------------------------
+
+// hi[r][c] = bf16(src[r][c]), lo[r][c] = bf16(src[r][c] - hi) (lo NULL: hi alone) for a
+// [rows][width] slice of rows ld floats apart (q_nope inside q, or o_lat), packed.
+__global__ void mla_split_kernel(const float *src, int rows, int width, int ld,
+                                 uint16_t *__restrict__ hi, uint16_t *__restrict__ lo) {
+    k25_pdl_trigger();
+    k25_pdl_wait();
+    const size_t n = (size_t)rows * width;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const size_t r = i / width, c = i - r * width;
+        const float v = src[r * ld + c];
+        const uint16_t h = k25_f2bf(v);
+        hi[i] = h;
+        if (lo) lo[i] = k25_f2bf(v - k25_bf16f(h));
+    }
+}
+
+static void mla_split(const float *src, int rows, int width, int ld, uint16_t *hi, uint16_t *lo,
+                      cudaStream_t s) {
+    const size_t n = (size_t)rows * width;
+    const unsigned blocks = (unsigned)(n < (size_t)1 << 20 ? k25_cdiv((int64_t)n, 256) : 4096);
+    k25_launch("mla_split", mla_split_kernel, blocks, 256, 0, s, src, rows, width, ld, hi, lo);
+}
+
+// bf16 elements of one staged half of n values, a multiple of 256 bytes (lo starts there); the
+// two halves together take as many floats.
+static size_t mla_half_elems(size_t n) { return (n + 127) / 128 * 128; }
+
+// Y_h[T][N] = X_h[T][K] op(W_h) for every head h, X f32 split into hi (+ lo, a second product
+// accumulating). x_ld: floats between rows t of one head in x; the staged copy is packed [T][H][K].
+static void mla_gemm(k25k_blas *blas, int w_nk, int T, int H, int N, int K, const float *x,
+                     int x_ld, uint16_t *stage, const uint16_t *w, int64_t w_stride, float *y,
+                     cudaStream_t s) {
+    const int split = k25k_split_activations();
+    const size_t n = (size_t)T * H * K;
+    uint16_t *hi = stage, *lo = split ? stage + mla_half_elems(n) : nullptr;
+    mla_split(x, T * H, K, x_ld, hi, lo, s);
+    const int64_t ldx = (int64_t)H * K, ldy = (int64_t)H * N;
+    k25k_gemm_bf16_strided(blas, w_nk, T, N, K, H, hi, ldx, K, w, w_nk ? K : N, w_stride, y, ldy,
+                           N, 0.0f, s);
+    if (lo)
+        k25k_gemm_bf16_strided(blas, w_nk, T, N, K, H, lo, ldx, K, w, w_nk ? K : N, w_stride, y,
+                               ldy, N, 1.0f, s);
+}
+
+// ------------------------------------------------------------------------------------------
 // Driver
 // ------------------------------------------------------------------------------------------
 
@@ -701,18 +753,34 @@ size_t k25k_mla_workspace_floats(int T, int H, int L, int n_chunks) {
 
 template <typename CT>
 static void mla_run(const k25k_mla_args *a, CT *cache, const uint16_t *kvb, float *q, float *kv,
-                    float *out, float *ws, int n_chunks, cudaStream_t s) {
+                    float *out, float *ws, int n_chunks, k25k_blas *blas, cudaStream_t s) {
     const int T = a->T, H = a->H, L = a->L, W = a->L + a->dr;
+    const int dn = a->dn, dv = a->dv;
     size_t th = (size_t)T * H;
     float *q_abs = ws;
     float *part_ml = q_abs + th * L;
     float *part_o = part_ml + th * n_chunks * 2;
     float *o_lat = part_o + th * n_chunks * L;
+    // The GEMM path stages its bf16 activations in workspace that is dead at that point: q_nope
+    // after q_abs (over the not yet written partials and o_lat), o_lat's copy over q_abs and the
+    // partials (read by then). Both fit whenever dn <= L; checked rather than assumed.
+    const size_t abs_stage = (th * L + 63) / 64 * 64; // floats: 256-byte aligned, after q_abs
+    const size_t ws_floats = k25k_mla_workspace_floats(T, H, L, n_chunks);
+    const bool gemm = blas && T > k25k_blas_gemv_max_t(blas) &&
+                      abs_stage + mla_half_elems(th * dn) <= ws_floats &&
+                      mla_half_elems(th * L) <= (size_t)(o_lat - ws);
+    const int64_t w_head = (int64_t)(dn + dv) * L; // kv_b elements per head
 
     k25_launch("mla_prep", mla_prep_kernel<CT>, T, 256, 0, s, *a, cache, q, kv);
 
-    dim3 g2((unsigned)k25_cdiv(L, ABS_C), (unsigned)H, (unsigned)k25_cdiv(T, 8));
-    k25_launch("mla_absorb", mla_absorb_kernel, g2, ABS_C * ABS_G, 0, s, *a, q, kvb, q_abs);
+    if (gemm) {
+        // q_abs[t][h][:] = q_nope[t][h][:] kv_b[h (dn+dv) + d][:], d < dn: W_UK stored [dn][L]
+        mla_gemm(blas, 0, T, H, L, dn, q, dn + a->dr, (uint16_t *)(ws + abs_stage), kvb, w_head,
+                 q_abs, s);
+    } else {
+        dim3 g2((unsigned)k25_cdiv(L, ABS_C), (unsigned)H, (unsigned)k25_cdiv(T, 8));
+        k25_launch("mla_absorb", mla_absorb_kernel, g2, ABS_C * ABS_G, 0, s, *a, q, kvb, q_abs);
+    }
 
     int tile = MLA_JT;
     static int smem_optin_cache = -1;
@@ -751,18 +819,30 @@ static void mla_run(const k25k_mla_args *a, CT *cache, const uint16_t *kvb, floa
     k25_launch("mla_merge", mla_merge_kernel, g4, 128, 0, s, *a, n_chunks, tile, part_ml, part_o,
                o_lat);
 
-    k25_launch("mla_out", mla_out_kernel, (unsigned)k25_cdiv((int64_t)H * a->dv, 8), 256, 0, s, *a,
-               o_lat, kvb, out);
+    if (gemm) {
+        // out[t][h][:] = o_lat[t][h][:] W_UV^T, W_UV = kv_b rows h (dn+dv) + dn .. + dv, [dv][L]
+        mla_gemm(blas, 1, T, H, dv, L, o_lat, L, (uint16_t *)ws, kvb + (size_t)dn * L, w_head, out,
+                 s);
+    } else {
+        k25_launch("mla_out", mla_out_kernel, (unsigned)k25_cdiv((int64_t)H * a->dv, 8), 256, 0,
+                   s, *a, o_lat, kvb, out);
+    }
 }
 
-void k25k_mla_attention(const k25k_mla_args *a, void *cache, int cache_f32, const uint16_t *kvb,
-                        float *q, float *kv, float *out, float *ws, int n_chunks, cudaStream_t s) {
+void k25k_mla_attention_blas(const k25k_mla_args *a, void *cache, int cache_f32,
+                             const uint16_t *kvb, float *q, float *kv, float *out, float *ws,
+                             int n_chunks, k25k_blas *blas, cudaStream_t s) {
     if (a->T <= 0) return;
     if (a->L > 256 * MLA_OMAX || (a->L + a->dr) % 4)
         K25_DIE("mla: kv_lora_rank %d + rope %d not supported (latent at most %d, width a "
                 "multiple of 4)", a->L, a->dr, 256 * MLA_OMAX);
     if (cache_f32)
-        mla_run(a, (float *)cache, kvb, q, kv, out, ws, n_chunks, s);
+        mla_run(a, (float *)cache, kvb, q, kv, out, ws, n_chunks, blas, s);
     else
-        mla_run(a, (uint16_t *)cache, kvb, q, kv, out, ws, n_chunks, s);
+        mla_run(a, (uint16_t *)cache, kvb, q, kv, out, ws, n_chunks, blas, s);
+}
+
+void k25k_mla_attention(const k25k_mla_args *a, void *cache, int cache_f32, const uint16_t *kvb,
+                        float *q, float *kv, float *out, float *ws, int n_chunks, cudaStream_t s) {
+    k25k_mla_attention_blas(a, cache, cache_f32, kvb, q, kv, out, ws, n_chunks, nullptr, s);
 }
