@@ -310,10 +310,7 @@ static void launch_warp(const float *logits, const float *bias, int T, int E, in
 
 static int router_block_forced(void) {
     static int forced = -1;
-    if (forced < 0) {
-        const char *e = getenv("K25_ROUTER_BLOCK");
-        forced = e && atoi(e) ? 1 : 0;
-    }
+    if (forced < 0) forced = k25_env_flag("K25_ROUTER_BLOCK");
     return forced;
 }
 
