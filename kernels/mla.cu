@@ -51,12 +51,10 @@ __device__ __forceinline__ void rope_pair(float &x0, float &x1, int pos, float i
 // 1. latent norm, rope, cache write; q_pe rope
 // ------------------------------------------------------------------------------------------
 
+// One row t per call, by the whole block (blockDim.x threads; scratch: 32 floats of shared memory).
 template <typename CT>
-__global__ void mla_prep_kernel(k25k_mla_args a, CT *__restrict__ cache, float *q, float *kv) {
-    __shared__ float scratch[32];
-    k25_pdl_trigger();
-    k25_pdl_wait();
-    const int t = blockIdx.x;
+__device__ void mla_prep_row(const k25k_mla_args &a, CT *__restrict__ cache, float *q, float *kv,
+                             int t, float *scratch) {
     const int L = a.L, dr = a.dr, W = L + dr, dq = a.dn + a.dr;
     const int pos = a.pos[t], s = a.seq[t];
     float *row = kv + (size_t)t * W;
@@ -98,6 +96,15 @@ __global__ void mla_prep_kernel(k25k_mla_args a, CT *__restrict__ cache, float *
     }
 }
 
+// Prefill: one block per row (at decode the rows ride along with the absorption kernel).
+template <typename CT>
+__global__ void mla_prep_kernel(k25k_mla_args a, CT *__restrict__ cache, float *q, float *kv) {
+    __shared__ float scratch[32];
+    k25_pdl_trigger();
+    k25_pdl_wait();
+    mla_prep_row(a, cache, q, kv, blockIdx.x, scratch);
+}
+
 // ------------------------------------------------------------------------------------------
 // 2. q absorption: q_abs[t][h][c] = sum_d q_nope[t][h][d] * kv_b[h*(dn+dv) + d][c]
 // ------------------------------------------------------------------------------------------
@@ -109,13 +116,24 @@ __global__ void mla_prep_kernel(k25k_mla_args a, CT *__restrict__ cache, float *
 // lack __restrict__ and the loads are plain: ptxas moves ld.global.nc (what a const __restrict__
 // pointer or __ldg gives) across griddepcontrol.wait both ways, which sank the weight loads
 // below the wait and could lift a q load above it (kernels/NOTES.md).
+// The last column of blocks does mla_prep_row instead, for every row: it touches kv, the
+// cache and q_pe, the absorption reads only q_nope, so the two run side by side in one launch
+// (one dependent kernel boundary less per layer; the attention waits for both).
 #define ABS_C 64
 #define ABS_G 4
 #define ABS_D 32
+template <typename CT>
 __global__ void __launch_bounds__(ABS_C * ABS_G) mla_absorb_kernel(
-    k25k_mla_args a, const float *q, const uint16_t *kvb, float *__restrict__ q_abs) {
+    k25k_mla_args a, float *q, const uint16_t *kvb, float *__restrict__ q_abs,
+    CT *__restrict__ cache, float *kv) {
     __shared__ float red[ABS_G][8][ABS_C];
     k25_pdl_trigger();
+    if (blockIdx.x == gridDim.x - 1) {
+        k25_pdl_wait();
+        for (int t = blockIdx.y + gridDim.y * blockIdx.z; t < a.T; t += gridDim.y * gridDim.z)
+            mla_prep_row(a, cache, q, kv, t, &red[0][0][0]);
+        return;
+    }
     const int cl = threadIdx.x % ABS_C, grp = threadIdx.x / ABS_C;
     const int c = blockIdx.x * ABS_C + cl;
     const int h = blockIdx.y, t0 = blockIdx.z * 8;
@@ -133,8 +151,8 @@ __global__ void __launch_bounds__(ABS_C * ABS_G) mla_absorb_kernel(
 #pragma unroll
             for (int u = 0; u < ABS_D; u++)
                 wv[u] = db + u < d1 ? k25_bf16f(w[(size_t)(db + u) * L]) : 0.0f;
-            // W_UK is constant during a step: the first rows stream in while mla_prep (which
-            // ropes q in place) finishes; q is read only after the wait.
+            // W_UK is constant during a step: the first rows stream in while the q projection
+            // finishes; q is read only after the wait.
             k25_pdl_wait();
 #pragma unroll
             for (int i = 0; i < 8; i++) {
@@ -316,6 +334,7 @@ __global__ void __launch_bounds__(256) mla_attn_kernel(k25k_mla_args a, const CT
 #define MMA_WARPS 4 // scores: warp w owns tile rows [16w, 16w+16); output: 16-dim slices w, w+4, ...
 #define MMA_NT16 8  // output slices per warp at most: L <= 16 * MMA_NT16 * MMA_WARPS = 512
 #define MMA_PS (MMA_JT + 8) // P row stride (elements): 144 B, an odd number of 16-byte units
+#define MMA_QV 2 // float4 columns of Q per thread and head: KP <= 4 * 32 * MMA_WARPS * MMA_QV
 
 __device__ __forceinline__ uint32_t mla_smem_addr(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
@@ -432,28 +451,45 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
     mla_cp_commit();
 
     // Q (f32 q_abs then roped q_pe) -> bf16 hi + lo; zero heads past nh and columns past W.
-    // QU loads per thread are issued before any is used: a few L2 round trips, not one each.
-    constexpr int QU = 24;
-    for (int i0 = tid; i0 < MMA_HM * KP; i0 += MMA_WARPS * 32 * QU) {
-        float v[QU];
+    // Four columns per thread and step (L, dn and dr are multiples of 4: float4 loads), heads
+    // in the outer loop (no index division), and the loads of 8 heads are issued before any is
+    // converted: this prologue runs in every block, at batch 1 most of the kernel's time while
+    // it was a division-heavy scalar loop (kernels/NOTES.md).
+    static_assert(MMA_HM % 8 == 0, "Q staging: 8 heads per round");
+    for (int hb = 0; hb < MMA_HM; hb += 8) {
+        float4 v[8][MMA_QV];
 #pragma unroll
-        for (int u = 0; u < QU; u++) {
-            const int i = i0 + u * MMA_WARPS * 32, h = i / KP, k = i - h * KP;
-            v[u] = 0.0f;
-            if (h < nh && k < W) {
-                const size_t th = (size_t)t * a.H + h0 + h;
-                v[u] = k < L ? q_abs[th * L + k] : q[th * dq + a.dn + (k - L)];
-            }
-        }
+        for (int hh = 0; hh < 8; hh++)
 #pragma unroll
-        for (int u = 0; u < QU; u++) {
-            const int i = i0 + u * MMA_WARPS * 32, h = i / KP, k = i - h * KP;
-            if (h < MMA_HM) {
-                const uint16_t hi = k25_f2bf(v[u]);
-                qhi[h * WS + k] = hi;
-                qlo[h * WS + k] = k25_f2bf(v[u] - k25_bf16f(hi));
+            for (int j = 0; j < MMA_QV; j++) {
+                const int h = hb + hh, k = 4 * (tid + j * MMA_WARPS * 32);
+                v[hh][j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                if (h < nh && k < W) {
+                    const size_t th = (size_t)t * a.H + h0 + h;
+                    const float *src = k < L ? q_abs + th * L + k : q + th * dq + a.dn + (k - L);
+                    v[hh][j] = *reinterpret_cast<const float4 *>(src);
+                }
             }
-        }
+#pragma unroll
+        for (int hh = 0; hh < 8; hh++)
+#pragma unroll
+            for (int j = 0; j < MMA_QV; j++) {
+                const int k = 4 * (tid + j * MMA_WARPS * 32);
+                if (k >= KP) continue;
+                const float x[4] = {v[hh][j].x, v[hh][j].y, v[hh][j].z, v[hh][j].w};
+                uint32_t hi[2], lo[2];
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const uint16_t h0b = k25_f2bf(x[2 * e]), h1b = k25_f2bf(x[2 * e + 1]);
+                    const uint16_t l0b = k25_f2bf(x[2 * e] - k25_bf16f(h0b));
+                    const uint16_t l1b = k25_f2bf(x[2 * e + 1] - k25_bf16f(h1b));
+                    hi[e] = (uint32_t)h0b | (uint32_t)h1b << 16;
+                    lo[e] = (uint32_t)l0b | (uint32_t)l1b << 16;
+                }
+                const int off = (hb + hh) * WS + k; // 8-byte aligned: WS and k multiples of 4
+                *reinterpret_cast<uint2 *>(qhi + off) = make_uint2(hi[0], hi[1]);
+                *reinterpret_cast<uint2 *>(qlo + off) = make_uint2(lo[0], lo[1]);
+            }
     }
     if (KP > W) // the zero padding of both cache buffers (cp.async fills [0, W) only)
         for (int i = tid; i < 2 * MMA_JT * (KP - W); i += blockDim.x)
@@ -771,15 +807,15 @@ static void mla_run(const k25k_mla_args *a, CT *cache, const uint16_t *kvb, floa
                       mla_half_elems(th * L) <= (size_t)(o_lat - ws);
     const int64_t w_head = (int64_t)(dn + dv) * L; // kv_b elements per head
 
-    k25_launch("mla_prep", mla_prep_kernel<CT>, T, 256, 0, s, *a, cache, q, kv);
-
     if (gemm) {
+        k25_launch("mla_prep", mla_prep_kernel<CT>, T, 256, 0, s, *a, cache, q, kv);
         // q_abs[t][h][:] = q_nope[t][h][:] kv_b[h (dn+dv) + d][:], d < dn: W_UK stored [dn][L]
         mla_gemm(blas, 0, T, H, L, dn, q, dn + a->dr, (uint16_t *)(ws + abs_stage), kvb, w_head,
                  q_abs, s);
-    } else {
-        dim3 g2((unsigned)k25_cdiv(L, ABS_C), (unsigned)H, (unsigned)k25_cdiv(T, 8));
-        k25_launch("mla_absorb", mla_absorb_kernel, g2, ABS_C * ABS_G, 0, s, *a, q, kvb, q_abs);
+    } else { // + one column of blocks for the latent norm, rope and cache write
+        dim3 g2((unsigned)k25_cdiv(L, ABS_C) + 1, (unsigned)H, (unsigned)k25_cdiv(T, 8));
+        k25_launch("mla_absorb", mla_absorb_kernel<CT>, g2, ABS_C * ABS_G, 0, s, *a, q, kvb, q_abs,
+                   cache, kv);
     }
 
     int tile = MLA_JT;
@@ -790,6 +826,7 @@ static void mla_run(const k25k_mla_args *a, CT *cache, const uint16_t *kvb, floa
     static const int cores_only = getenv("K25_MLA_CUDA_CORES") && atoi(getenv("K25_MLA_CUDA_CORES"));
     const size_t smem_mma = mla_mma_smem(W);
     if (sizeof(CT) == 2 && !cores_only && L <= 16 * MMA_NT16 * MMA_WARPS && W % 8 == 0 &&
+        L % 4 == 0 && dn % 4 == 0 && mla_mma_kp(W) <= 4 * 32 * MMA_WARPS * MMA_QV &&
         smem_mma <= (size_t)smem_optin) {
         static size_t mma_set = 0;
         if (smem_mma > 48 * 1024 && smem_mma > mma_set) {

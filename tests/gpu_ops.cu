@@ -661,8 +661,9 @@ static void check_mla(pair *p, int T_decode, int n_seq, int ctx, int kv_block, i
     }
 }
 
+// sampling and the logits gather share one set of logits
 static void check_sampling(pair *p, int T) {
-    if (!want("sample")) return;
+    if (!want("sample") && !want("gather")) return;
     const int V = p->wg.vocab_local, vb = p->wg.vocab_begin;
     float *hl = (float *)k25_malloc(sizeof(float) * (size_t)T * V);
     fill_randn(hl, (size_t)T * V, 3.0f);
@@ -675,7 +676,7 @@ static void check_sampling(pair *p, int T) {
     set_batch_both(p, &bb.b);
     k25_sampling *ps = (k25_sampling *)k25_calloc(T, sizeof(k25_sampling));
     const char *names[] = {"greedy", "temperature", "top-k", "top-p", "top-k+top-p"};
-    for (int mode = 0; mode < 5; mode++) {
+    for (int mode = 0; mode < 5 && want("sample"); mode++) {
         for (int t = 0; t < T; t++) {
             ps[t].temp = mode == 0 ? 0.0f : 0.7f + 0.1f * (t % 3);
             ps[t].top_k = (mode == 2 || mode == 4) ? 1 + (t * 7) % 50 : 0;
