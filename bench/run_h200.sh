@@ -9,6 +9,9 @@
 #                                #   controlled acceptance alpha in {0.5, 0.7, 0.8, 0.9}
 #   bench/run_h200.sh tp8sim     # all 61 layers as one TP8 rank's share on one GPU (run.sim_tp)
 #   bench/run_h200.sh overlap    # 4 layers, 1 GPU: shared expert overlapped or not
+#   bench/run_h200.sh layers     # us per MoE layer at batch 1, TP8 share: (8 layers - 4 layers)
+#                                #   / 4, two runs each; BASE=other/k25bench alternates a second
+#                                #   binary with ./k25bench (an A/B in one job)
 #   bench/run_h200.sh ncu        # 4 layers as one TP8 rank's share: one decode step kernel by
 #                                #   kernel (ncu, isolated kernel times) -> ncu-step-*.md
 #   bench/run_h200.sh x8         # 8 GPUs, TP8, all 61 layers: the sweep 1..256 (1K in / 128
@@ -29,8 +32,8 @@ bench() { # bench NAME NP ARGS...: one k25bench run, table to NAME.md, progress 
     local name=$1 np=$2; shift 2
     local t0=$(date +%s)
     # --foreground: a timeout around this script also stops the run in progress
-    timeout --foreground 400 mpirun -np "$np" ./k25bench "$@" --json "$OUT/$name.jsonl" >"$OUT/$name.md" \
-        2>>"$OUT/bench.log"
+    timeout --foreground 400 mpirun -np "$np" "${K25BENCH:-./k25bench}" "$@" --json "$OUT/$name.jsonl" \
+        >"$OUT/$name.md" 2>>"$OUT/bench.log"
     local rc=$?
     echo "== $name: rc $rc, $(( $(date +%s) - t0 )) s"
     grep -E '^\| +[0-9]' "$OUT/$name.md" | cut -d'|' -f2,7,10,13,16 | head -40
@@ -70,6 +73,25 @@ for job in "$@"; do
            --output-len 64 --concurrency 1,16 --profile-steps 0)
         bench overlap-k4-h200x1-on 1 "${KIMI[@]}" "${O[@]}"
         K25_NO_OVERLAP=1 bench overlap-k4-h200x1-off 1 "${KIMI[@]}" "${O[@]}"
+        ;;
+    layers)
+        L=(--set run.sim_tp=8 --set run.ctx_size=2048 --input-len 1024 --output-len 64
+           --concurrency 1 --profile-steps 0)
+        for rep in 1 2; do for nl in 4 8; do for v in new ${BASE:+base}; do
+            K25BENCH=$([ "$v" = base ] && echo "$BASE" || echo ./k25bench) \
+                bench "tp8sim-k$nl-h200x1-$v-r$rep" 1 "${KIMI[@]}" "${L[@]}" \
+                --set model.num_hidden_layers=$nl
+        done; done; done
+        python3 - "$OUT" <<'PY'
+import json, sys
+tpot = lambda f: json.loads(open(f"{sys.argv[1]}/{f}.jsonl").readline())["median_tpot_ms"] * 1000
+for v in ("new", "base"):
+    try:
+        per = [(tpot(f"tp8sim-k8-h200x1-{v}-r{r}") - tpot(f"tp8sim-k4-h200x1-{v}-r{r}")) / 4 for r in (1, 2)]
+    except OSError:
+        continue
+    print(f"== {v}: us per MoE layer, runs 1 and 2: {per[0]:.1f} {per[1]:.1f}")
+PY
         ;;
     ncu)
         NCU=${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}
