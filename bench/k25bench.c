@@ -12,6 +12,10 @@
 //
 // Every rank runs the same engine on the same workload (the prompts come from --seed), so the
 // ranks always step together; rank 0 measures and writes.
+//
+// SIGINT / SIGTERM (src/stop_signal.h): the level in progress stops within 16 engine steps and
+// is dropped; the completed levels stay printed and in --json, the tables of them follow, and
+// every rank exits with 130.
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -30,6 +34,7 @@
 #include "pipeline.h"
 #include "serve_metrics.h"
 #include "spec.h"
+#include "stop_signal.h"
 
 #ifdef K25_CUDA
 #include <nccl.h>
@@ -681,6 +686,9 @@ static void warm_up(k25_model *m, const k25_config *c, const workload *w, int co
     free(n_in);
 }
 
+// Set when a signal stopped a measured run (the same step on every rank).
+static int bench_stopped;
+
 // The measured run: every request at t = 0, at most conc in flight.
 static void measure(k25_model *m, const k25_config *c, const workload *w, int conc,
                     const k25_dist *d, level_result *res) {
@@ -692,6 +700,11 @@ static void measure(k25_model *m, const k25_config *c, const workload *w, int co
     long decode_rows = 0, rows = 0;
     measured_step_ms = 0;
     while (engine_busy(e) && engine_step(e)) {
+        // a collective: every 16th step, so that it stays out of the measured step times
+        if ((engine_steps(e) & 15) == 0 && stop_signal_any(d)) {
+            bench_stopped = 1;
+            break;
+        }
         const k25_step_info *si = engine_last_step(e);
         measured_step_ms += si->ms;
         decode_rows += si->n_decode;
@@ -978,6 +991,10 @@ static void spec_level(const bench_args *a, k25_spec *sp, k25_model *m, const k2
         spec_reset_stats(sp);
         level_result lr = {0};
         measure(m, c, w, conc, d, &lr);
+        if (bench_stopped) {
+            res->n_spec = i;
+            break;
+        }
         r->m = lr.m;
         r->st = *spec_stats(sp);
         r->step_ms = measured_step_ms;
@@ -1178,8 +1195,11 @@ int main(int argc, char **argv) {
     }
 
     // ---- the sweep ----
+    // (before it, a signal ends the process the default way: nothing is written yet)
+    stop_signal_install();
     level_result *res = k25_calloc(a.n_levels, sizeof *res);
     char **lines = k25_calloc(a.n_levels, sizeof(char *));
+    int n_done = a.n_levels;
     for (int li = 0; li < a.n_levels; li++) {
         int conc = a.levels[li];
         workload w;
@@ -1190,10 +1210,19 @@ int main(int argc, char **argv) {
         keep_tokens = ref; // the plain run's tokens: the oracle's reference
         measure(in.m, &cfg, &w, conc, &d, &res[li]);
         keep_tokens = NULL;
-        if (a.profile_steps > 0) profile(&in, &cfg, &w, conc, a.profile_steps, &res[li]);
-        if (spec) spec_level(&a, spec, in.m, &cfg, &w, conc, &d, ref, &res[li]);
+        if (a.profile_steps > 0 && !bench_stopped)
+            profile(&in, &cfg, &w, conc, a.profile_steps, &res[li]);
+        if (spec && !bench_stopped) spec_level(&a, spec, in.m, &cfg, &w, conc, &d, ref, &res[li]);
         for (int i = 0; ref && i < w.n; i++) free(ref[i]);
         free(ref);
+        if (bench_stopped) {
+            free_workload(&w);
+            free(res[li].spec);
+            k25_log("k25bench: stopped by a signal during concurrency %d; %d level(s) complete\n",
+                    conc, li);
+            n_done = li;
+            break;
+        }
         unsigned long long mem = in.be->mem_peak(in.be);
         MPI_CHECK(MPI_Allreduce(&mem, &res[li].mem_peak, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX,
                                 d.world));
@@ -1206,8 +1235,8 @@ int main(int argc, char **argv) {
     }
 
     if (d.world_rank == 0) {
-        print_profile_table(res, a.n_levels);
-        if (spec) print_spec_table(res, a.n_levels, &a);
+        print_profile_table(res, n_done);
+        if (spec) print_spec_table(res, n_done, &a);
         if (do_plot) {
             if (a.json) {
                 make_plot(plot_script, a.json, a.plot);
@@ -1216,18 +1245,18 @@ int main(int argc, char **argv) {
                 int fd = mkstemp(tmp);
                 if (fd >= 0) {
                     close(fd);
-                    write_json(tmp, lines, a.n_levels);
+                    write_json(tmp, lines, n_done);
                     make_plot(plot_script, tmp, a.plot);
                     unlink(tmp);
                 }
             }
         }
     }
-    for (int i = 0; i < a.n_levels; i++) cJSON_free(lines[i]), free(res[i].spec);
+    for (int i = 0; i < n_done; i++) cJSON_free(lines[i]), free(res[i].spec);
     free(lines);
     free(res);
     spec_free(spec);
     instance_close(&in);
     dist_finalize(&d);
-    return 0;
+    return bench_stopped ? 130 : 0;
 }
