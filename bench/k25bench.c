@@ -718,6 +718,10 @@ static void measure(k25_model *m, const k25_config *c, const workload *w, int co
             t_report = now;
         }
     }
+    if (bench_stopped) { // unfinished requests: no metrics
+        engine_free(e);
+        return;
+    }
     const k25_seq_record **recs = k25_malloc(sizeof *recs * (size_t)w->n);
     for (int i = 0; i < w->n; i++) recs[i] = engine_record(e, i);
     serve_metrics(recs, w->n, t0, conc, &res->m);
