@@ -13,8 +13,8 @@
 // Every rank runs the same engine on the same workload (the prompts come from --seed), so the
 // ranks always step together; rank 0 measures and writes.
 //
-// SIGINT / SIGTERM (src/stop_signal.h): the level in progress stops within 16 engine steps and
-// is dropped; the completed levels stay printed and in --json, the tables of them follow, and
+// SIGINT / SIGTERM (src/stop_signal.h): the level in progress stops after the engine step in
+// flight and is dropped; the completed levels stay printed and in --json, the tables of them follow, and
 // every rank exits with 130.
 #include <errno.h>
 #include <limits.h>
@@ -670,9 +670,22 @@ static k25_engine *new_engine(k25_model *m, const k25_config *c, int conc, int p
     return e;
 }
 
+// Set when a signal stopped the sweep (at the same step on every rank).
+static int bench_stopped;
+
+// One engine step, then whether to go on: the engine has work, the step made progress, and no
+// rank has seen SIGINT/SIGTERM. The signal check is a collective of one int per step (mpirun
+// kills the ranks about a second after forwarding a signal: the stop must come sooner).
+static int step_on(k25_engine *e, const k25_dist *d) {
+    if (!engine_busy(e) || !engine_step(e)) return 0;
+    if (stop_signal_any(d)) bench_stopped = 1;
+    return !bench_stopped;
+}
+
 // Short requests through a fresh engine: first-use costs (allocations, kernel selection) stay
 // out of the measured run.
-static void warm_up(k25_model *m, const k25_config *c, const workload *w, int conc) {
+static void warm_up(k25_model *m, const k25_config *c, const workload *w, int conc,
+                    const k25_dist *d) {
     k25_engine *e = new_engine(m, c, conc, 0);
     if (bench_spec) engine_set_spec(e, bench_spec);
     workload s = *w;
@@ -681,13 +694,11 @@ static void warm_up(k25_model *m, const k25_config *c, const workload *w, int co
     for (int i = 0; i < n; i++) n_in[i] = w->n_in[i] < 32 ? w->n_in[i] : 32;
     s.n_in = n_in;
     submit_all(e, &s, c, 4, n);
-    engine_run(e);
+    while (step_on(e, d)) {
+    }
     engine_free(e);
     free(n_in);
 }
-
-// Set when a signal stopped a measured run (the same step on every rank).
-static int bench_stopped;
 
 // The measured run: every request at t = 0, at most conc in flight.
 static void measure(k25_model *m, const k25_config *c, const workload *w, int conc,
@@ -699,12 +710,7 @@ static void measure(k25_model *m, const k25_config *c, const workload *w, int co
     double t0 = k25_now_ms(), t_report = t0;
     long decode_rows = 0, rows = 0;
     measured_step_ms = 0;
-    while (engine_busy(e) && engine_step(e)) {
-        // a collective: every 16th step, so that it stays out of the measured step times
-        if ((engine_steps(e) & 15) == 0 && stop_signal_any(d)) {
-            bench_stopped = 1;
-            break;
-        }
+    while (step_on(e, d)) {
         const k25_step_info *si = engine_last_step(e);
         measured_step_ms += si->ms;
         decode_rows += si->n_decode;
@@ -741,14 +747,14 @@ static void measure(k25_model *m, const k25_config *c, const workload *w, int co
 // Operation-group breakdown of full decode steps: conc sequences at the level's prompt length,
 // all prefilled first, then `steps` decode steps timed (one more before them, untimed).
 static void profile(k25_instance *in, const k25_config *c, const workload *w, int conc,
-                    int steps, level_result *res) {
+                    int steps, const k25_dist *d, level_result *res) {
     k25_engine *e = new_engine(in->m, c, conc, 1);
     int n = conc < w->n ? conc : w->n;
     submit_all(e, w, c, steps + 2, n);
     op_profile_install(in->be);
     double ms[K25_OPG_N], sum[K25_OPG_N] = {0}, step_ms = 0;
     int seen = 0, timed = 0, ctx = 0;
-    while (engine_busy(e) && timed < steps && engine_step(e)) {
+    while (timed < steps && step_on(e, d)) {
         op_profile_take(ms);
         const k25_step_info *si = engine_last_step(e);
         if (si->n_prefill != 0 || si->n_decode != n) continue;
@@ -991,10 +997,10 @@ static void spec_level(const bench_args *a, k25_spec *sp, k25_model *m, const k2
         r->oracle = a->spec_oracle[i];
         r->alpha = a->spec_alpha[i];
         spec_set_oracle(sp, r->alpha, r->oracle ? ref_token : NULL, ref);
-        if (a->warmup) warm_up(m, c, w, conc);
+        if (a->warmup) warm_up(m, c, w, conc, d);
         spec_reset_stats(sp);
         level_result lr = {0};
-        measure(m, c, w, conc, d, &lr);
+        if (!bench_stopped) measure(m, c, w, conc, d, &lr);
         if (bench_stopped) {
             res->n_spec = i;
             break;
@@ -1209,13 +1215,13 @@ int main(int argc, char **argv) {
         workload w;
         make_workload(&w, &a, &cfg, conc, a.prompts_factor * conc);
         k25_log("k25bench: concurrency %d: %d requests\n", conc, w.n);
-        if (a.warmup) warm_up(in.m, &cfg, &w, conc);
+        if (a.warmup) warm_up(in.m, &cfg, &w, conc, &d);
         int32_t **ref = spec ? k25_calloc((size_t)w.n, sizeof(int32_t *)) : NULL;
         keep_tokens = ref; // the plain run's tokens: the oracle's reference
-        measure(in.m, &cfg, &w, conc, &d, &res[li]);
+        if (!bench_stopped) measure(in.m, &cfg, &w, conc, &d, &res[li]);
         keep_tokens = NULL;
         if (a.profile_steps > 0 && !bench_stopped)
-            profile(&in, &cfg, &w, conc, a.profile_steps, &res[li]);
+            profile(&in, &cfg, &w, conc, a.profile_steps, &d, &res[li]);
         if (spec && !bench_stopped) spec_level(&a, spec, in.m, &cfg, &w, conc, &d, ref, &res[li]);
         for (int i = 0; ref && i < w.n; i++) free(ref[i]);
         free(ref);
