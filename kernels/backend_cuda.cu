@@ -1014,12 +1014,9 @@ extern "C" k25_backend *backend_cuda_create(const k25_config *cfg, const k25_dis
                                : "cuda: one-shot all-reduce off (%s); NCCL for every sum\n",
                     oerr);
     }
-    const char *no = getenv("K25_NO_OVERLAP");
-    c->no_overlap = no && *no && strcmp(no, "0") != 0;
-    const char *ng = getenv("K25_NO_GRAPH");
-    c->no_graph = ng && *ng && strcmp(ng, "0") != 0;
-    const char *kf = getenv("K25_KV_F32");
-    c->kv_f32 = strcmp(cfg->kv_cache_dtype, "f32") == 0 || (kf && *kf && strcmp(kf, "0") != 0);
+    c->no_overlap = k25_env_flag("K25_NO_OVERLAP");
+    c->no_graph = k25_env_flag("K25_NO_GRAPH");
+    c->kv_f32 = strcmp(cfg->kv_cache_dtype, "f32") == 0 || k25_env_flag("K25_KV_F32");
 
     c->d_err = (int *)dev_alloc(c, sizeof(int) * 4, "error flags");
     CUDA_CHECK(cudaMemsetAsync(c->d_err, 0, sizeof(int) * 4, c->stream));

@@ -140,6 +140,11 @@ __device__ __forceinline__ uint16_t k25_f2bf(float f) {
     return (uint16_t)(u >> 16);
 }
 
+// Two floats as one bf16 pair: lo in the low half (the element first in memory).
+__device__ __forceinline__ uint32_t k25_pack_bf16x2(float lo, float hi) {
+    return (uint32_t)k25_f2bf(lo) | ((uint32_t)k25_f2bf(hi) << 16);
+}
+
 __device__ __forceinline__ float k25_warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -498,36 +498,54 @@ size_t k25k_blas_capacity(const k25k_blas *b) { return b->xb_cap; }
 
 int k25k_blas_gemv_max_t(const k25k_blas *b) { return b->gemv_max_t; }
 
+// Index of the cache entry a new plan goes to: the next unused one, else the oldest (round
+// robin); the caller releases what it held.
+static int lt_slot(int *n, int *next_evict, int cap) {
+    if (*n < cap) return (*n)++;
+    const int i = *next_evict;
+    *next_evict = (i + 1) % cap;
+    return i;
+}
+
+// The heuristic's first algorithm for desc on these layouts within the workspace, for operands
+// aligned to `align` bytes (0: cuBLASLt's default assumption). 0 when it has none.
+static int lt_pick_algo(k25k_blas *b, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t la,
+                        cublasLtMatrixLayout_t lb, cublasLtMatrixLayout_t lc, int align,
+                        cublasLtMatmulAlgo_t *algo) {
+    cublasLtMatmulPreference_t pref;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                      &b->ws_bytes, sizeof b->ws_bytes));
+    if (align > 0) {
+        const uint32_t al = (uint32_t)align;
+        const cublasLtMatmulPreferenceAttributes_t al_attr[4] = {
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+        for (int i = 0; i < 4; i++)
+            CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, al_attr[i], &al, sizeof al));
+    }
+    cublasLtMatmulHeuristicResult_t res;
+    int found = 0;
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(b->lt, desc, la, lb, lc, lc, pref, 1, &res, &found));
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (found >= 1) *algo = res.algo;
+    return found >= 1;
+}
+
 static lt_plan *plan_get(k25k_blas *b, int N, int K, int T) {
     for (int i = 0; i < b->n_plans; i++) {
         lt_plan *p = &b->plans[i];
         if (p->valid && p->N == N && p->K == K && p->T == T) return p;
     }
-    lt_plan *p;
-    if (b->n_plans < LT_PLANS) {
-        p = &b->plans[b->n_plans++];
-    } else {
-        p = &b->plans[b->next_evict];
-        b->next_evict = (b->next_evict + 1) % LT_PLANS;
-        plan_release(p);
-    }
+    lt_plan *p = &b->plans[lt_slot(&b->n_plans, &b->next_evict, LT_PLANS)];
+    plan_release(p);
     memset(p, 0, sizeof *p);
     p->N = N, p->K = K, p->T = T;
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, CUDA_R_16BF, K, N, K));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, CUDA_R_16BF, K, T, K));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, N, T, N));
-    cublasLtMatmulPreference_t pref;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                      &b->ws_bytes, sizeof b->ws_bytes));
-    cublasLtMatmulHeuristicResult_t res;
-    int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(b->lt, b->desc, p->a, p->b, p->c, p->c, pref, 1,
-                                                &res, &found));
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (found < 1)
+    if (!lt_pick_algo(b, b->desc, p->a, p->b, p->c, 0, &p->algo))
         K25_DIE("cuBLASLt: no algorithm for bf16 GEMM N=%d K=%d T=%d", N, K, T);
-    p->algo = res.algo;
     p->valid = 1;
     return p;
 }
@@ -663,14 +681,8 @@ static lt_batched_plan *bplan_get(k25k_blas *b, int w_nk, int M, int N, int K, i
             p->ldy == ldy && p->sy == sy && p->align == align)
             return p;
     }
-    lt_batched_plan *p;
-    if (b->n_bplans < LT_BPLANS) {
-        p = &b->bplans[b->n_bplans++];
-    } else {
-        p = &b->bplans[b->next_bevict];
-        b->next_bevict = (b->next_bevict + 1) % LT_BPLANS;
-        bplan_release(p);
-    }
+    lt_batched_plan *p = &b->bplans[lt_slot(&b->n_bplans, &b->next_bevict, LT_BPLANS)];
+    bplan_release(p);
     memset(p, 0, sizeof *p);
     p->w_nk = w_nk, p->M = M, p->N = N, p->K = K, p->batch = batch, p->align = align;
     p->ldx = ldx, p->sx = sx, p->ldw = ldw, p->sw = sw, p->ldy = ldy, p->sy = sy;
@@ -684,24 +696,8 @@ static lt_batched_plan *bplan_get(k25k_blas *b, int w_nk, int M, int N, int K, i
         lt_layout(&p->a, CUDA_R_16BF, N, K, ldw, batch, sw);
     lt_layout(&p->b, CUDA_R_16BF, K, M, ldx, batch, sx);
     lt_layout(&p->c, CUDA_R_32F, N, M, ldy, batch, sy);
-    cublasLtMatmulPreference_t pref;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                      &b->ws_bytes, sizeof b->ws_bytes));
-    const uint32_t al = (uint32_t)align;
-    const cublasLtMatmulPreferenceAttributes_t al_attr[4] = {
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-    for (int i = 0; i < 4; i++)
-        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, al_attr[i], &al, sizeof al));
-    cublasLtMatmulHeuristicResult_t res;
-    int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(b->lt, p->desc, p->a, p->b, p->c, p->c, pref, 1,
-                                                &res, &found));
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (found < 1)
+    if (!lt_pick_algo(b, p->desc, p->a, p->b, p->c, align, &p->algo))
         K25_DIE("cuBLASLt: no algorithm for %d batched bf16 GEMMs M=%d N=%d K=%d", batch, M, N, K);
-    p->algo = res.algo;
     p->valid = 1;
     return p;
 }

@@ -476,19 +476,14 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
             for (int j = 0; j < MMA_QV; j++) {
                 const int k = 4 * (tid + j * MMA_WARPS * 32);
                 if (k >= KP) continue;
-                const float x[4] = {v[hh][j].x, v[hh][j].y, v[hh][j].z, v[hh][j].w};
-                uint32_t hi[2], lo[2];
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    const uint16_t h0b = k25_f2bf(x[2 * e]), h1b = k25_f2bf(x[2 * e + 1]);
-                    const uint16_t l0b = k25_f2bf(x[2 * e] - k25_bf16f(h0b));
-                    const uint16_t l1b = k25_f2bf(x[2 * e + 1] - k25_bf16f(h1b));
-                    hi[e] = (uint32_t)h0b | (uint32_t)h1b << 16;
-                    lo[e] = (uint32_t)l0b | (uint32_t)l1b << 16;
-                }
+                const float4 q4 = v[hh][j];
+                const uint2 hi = make_uint2(k25_pack_bf16x2(q4.x, q4.y), k25_pack_bf16x2(q4.z, q4.w));
+                const uint2 lo =
+                    make_uint2(k25_pack_bf16x2(q4.x - k25_bf16_lo(hi.x), q4.y - k25_bf16_hi(hi.x)),
+                               k25_pack_bf16x2(q4.z - k25_bf16_lo(hi.y), q4.w - k25_bf16_hi(hi.y)));
                 const int off = (hb + hh) * WS + k; // 8-byte aligned: WS and k multiples of 4
-                *reinterpret_cast<uint2 *>(qhi + off) = make_uint2(hi[0], hi[1]);
-                *reinterpret_cast<uint2 *>(qlo + off) = make_uint2(lo[0], lo[1]);
+                *reinterpret_cast<uint2 *>(qhi + off) = hi;
+                *reinterpret_cast<uint2 *>(qlo + off) = lo;
             }
     }
     if (KP > W) // the zero padding of both cache buffers (cp.async fills [0, W) only)

@@ -271,10 +271,6 @@ __device__ __forceinline__ void dequant_word(uint32_t w, uint32_t r[4]) {
     }
 }
 
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
-    return (uint32_t)k25_f2bf(lo) | ((uint32_t)k25_f2bf(hi) << 16);
-}
-
 // silu(sum gate) * (sum up) of one (slot, i) over the n_splits partials at p (gate) and p + I
 // (up), split stride `stride` floats: fixed order (8 independent accumulators, then a tree).
 // L2 loads: the partials may come from other blocks of the same kernel (the fused reduction).
@@ -438,9 +434,9 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
             int row = row_index ? row_index[slot] : slot;
             float2 v = *reinterpret_cast<const float2 *>(X + (size_t)row * x_ld +
                                                          (size_t)kc0 * 32 + 2 * cp);
-            uint32_t hi = pack_bf16x2(v.x, v.y);
+            uint32_t hi = k25_pack_bf16x2(v.x, v.y);
             xs[m * XS + cp] = hi;
-            if (split) xl[m * XS + cp] = pack_bf16x2(v.x - k25_bf16_lo(hi), v.y - k25_bf16_hi(hi));
+            if (split) xl[m * XS + cp] = k25_pack_bf16x2(v.x - k25_bf16_lo(hi), v.y - k25_bf16_hi(hi));
         }
         __syncthreads();
         if (nt < NT) {

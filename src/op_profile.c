@@ -44,15 +44,20 @@ static void p_add_rmsnorm(k25_backend *be, float *h, const float *d, const k25_t
                           float eps, int T, int n, float *out) {
     TIMED(K25_OPG_NORM, orig.add_rmsnorm(be, h, d, w, eps, T, n, out));
 }
-static void p_matmul(k25_backend *be, const float *x, const k25_tensor *W, int T, float *y) {
+// The group of a projection by its weight's name; a shared-expert or dense-MLP projection also
+// sets the group of the SiLU*up and add that follow it.
+static k25_op_group matmul_group(const k25_tensor *W) {
     k25_op_group g = op_profile_group_of(W->name);
     if (g == K25_OPG_SHARED || g == K25_OPG_DENSE) ffn_group = g;
+    return g;
+}
+static void p_matmul(k25_backend *be, const float *x, const k25_tensor *W, int T, float *y) {
+    const k25_op_group g = matmul_group(W);
     TIMED(g, orig.matmul(be, x, W, T, y));
 }
 static void p_matmul2(k25_backend *be, const float *x, const k25_tensor *W1, const k25_tensor *W2,
                       int T, float *y1, float *y2) {
-    k25_op_group g = op_profile_group_of(W1->name);
-    if (g == K25_OPG_SHARED || g == K25_OPG_DENSE) ffn_group = g;
+    const k25_op_group g = matmul_group(W1);
     TIMED(g, orig.matmul2(be, x, W1, W2, T, y1, y2));
 }
 static void p_silu_mul(k25_backend *be, const float *gate, const float *up, int T, int n,
