@@ -371,6 +371,7 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
     static_assert(KCB == W4_PF, "one weight load per lane in flight for each staged k-block");
     __shared__ uint32_t xs[NTT * 8 * XS];
     __shared__ uint32_t xl[NTT * 8 * XS];
+    __shared__ int xrow[NTT * 8]; // activation row of each of the unit's slots
     __shared__ int last_split;
     // The expert of every unit comes from the routing kernel: no weight address is known before
     // the wait.
@@ -398,6 +399,10 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
     const int kb1 = min(KB, kb0 + kb_per_split);
     const uint4 *wt = Wt + (size_t)e * w_stride + (size_t)nt * KB * 32 + lane;
     const uint2 *st = St + (size_t)e * s_stride + (size_t)nt * KB * 8 + g;
+    // read by the staging after the chunk loop's first barrier; the previous unit's last
+    // staging finished before its second one
+    if (threadIdx.x < mp) xrow[threadIdx.x] = row_index ? row_index[slot0 + threadIdx.x]
+                                                        : slot0 + threadIdx.x;
 
     float acc[NTT][2][4];
 #pragma unroll
@@ -428,15 +433,35 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
                 }
         }
         __syncthreads(); // the previous chunk's (or unit's) readers are done with xs
-        for (int id = threadIdx.x; id < mp * pairs; id += blockDim.x) {
-            int m = id / pairs, cp = id - m * pairs;
-            int slot = slot0 + m;
-            int row = row_index ? row_index[slot] : slot;
-            float2 v = *reinterpret_cast<const float2 *>(X + (size_t)row * x_ld +
-                                                         (size_t)kc0 * 32 + 2 * cp);
-            uint32_t hi = k25_pack_bf16x2(v.x, v.y);
-            xs[m * XS + cp] = hi;
-            if (split) xl[m * XS + cp] = k25_pack_bf16x2(v.x - k25_bf16_lo(hi), v.y - k25_bf16_hi(hi));
+        // Thread cp stages column pair cp of every slot (pairs <= 16 KCB = blockDim.x), the
+        // loads of SB slots in flight together: one L2 round trip per SB slots. SB is the
+        // largest batch that leaves the chunk's weight loads as one run of predicated loads
+        // from a base address in the SASS (~48 instructions); with twice the batch, ptxas put
+        // each load behind its own branch and address computation (~230 instructions), which
+        // cost decode +5 us per GEMM (kernels/NOTES.md). (One slot per
+        // iteration, its row looked up each time, made a prefill chunk of 11 slots a chain of
+        // 22 dependent loads: ~6x the weight bytes' time at 512 rows, kernels/NOTES.md.)
+        static_assert(16 * KCB <= W4_NW * 32, "one column pair per thread");
+        const int cp = threadIdx.x;
+        if (cp < pairs) {
+            const float *xc = X + (size_t)kc0 * 32 + 2 * cp;
+            constexpr int SB = NTT <= 2 ? 2 : 4;
+            for (int m0 = 0; m0 < mp; m0 += SB) {
+                float2 v[SB];
+#pragma unroll
+                for (int u = 0; u < SB; u++)
+                    if (m0 + u < mp)
+                        v[u] = *reinterpret_cast<const float2 *>(xc + (size_t)xrow[m0 + u] * x_ld);
+#pragma unroll
+                for (int u = 0; u < SB; u++) {
+                    if (m0 + u >= mp) break;
+                    const uint32_t hi = k25_pack_bf16x2(v[u].x, v[u].y);
+                    xs[(m0 + u) * XS + cp] = hi;
+                    if (split)
+                        xl[(m0 + u) * XS + cp] =
+                            k25_pack_bf16x2(v[u].x - k25_bf16_lo(hi), v[u].y - k25_bf16_hi(hi));
+                }
+            }
         }
         __syncthreads();
         if (nt < NT) {
