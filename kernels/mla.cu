@@ -331,10 +331,14 @@ __global__ void __launch_bounds__(256) mla_attn_kernel(k25k_mla_args a, const CT
 // (two MMAs each), so the products keep about f32 accuracy against the exact bf16 cache.
 #define MMA_HM 16   // heads per block
 #define MMA_JT 64   // cache rows per tile
-#define MMA_WARPS 4 // scores: warp w owns tile rows [16w, 16w+16); output: 16-dim slices w, w+4, ...
-#define MMA_NT16 8  // output slices per warp at most: L <= 16 * MMA_NT16 * MMA_WARPS = 512
+// 8 warps, two per scheduler: at batch 1 a block's work is a chain of dependent shared-memory
+// loads and MMAs, and with one warp per scheduler nothing hid their latency (4 warps: 7.7 cycles
+// per issued instruction, kernels/NOTES.md).
+#define MMA_WARPS 8 // scores: warp w owns tile rows [8w, 8w+8); output: 16-dim slices w, w+8, ...
+#define MMA_NT16 4  // output slices per warp at most: L <= 16 * MMA_NT16 * MMA_WARPS = 512
+#define MMA_TPH 16  // softmax threads per head (MMA_JT / MMA_TPH tile rows each)
 #define MMA_PS (MMA_JT + 8) // P row stride (elements): 144 B, an odd number of 16-byte units
-#define MMA_QV 2 // float4 columns of Q per thread and head: KP <= 4 * 32 * MMA_WARPS * MMA_QV
+#define MMA_QV 1 // float4 columns of Q per thread and head: KP <= 4 * 32 * MMA_WARPS * MMA_QV
 
 __device__ __forceinline__ uint32_t mla_smem_addr(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
@@ -364,10 +368,10 @@ __device__ __forceinline__ void mla_mma(float d[4], const uint32_t a[4], uint32_
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Score K extent (W padded to 16 with zeros) and the row stride of the shared cache tile and Q:
-// KP + 8 elements is an odd number of 16-byte units, so the 8 row addresses of an ldmatrix
-// fall in distinct bank groups.
-__host__ __device__ __forceinline__ int mla_mma_kp(int W) { return (W + 15) & ~15; }
+// Score K extent (W padded to 32 with zeros: one ldmatrix of the tile feeds two k-steps of 16)
+// and the row stride of the shared cache tile and Q: KP + 8 elements is an odd number of
+// 16-byte units, so the 8 row addresses of an ldmatrix fall in distinct bank groups.
+__host__ __device__ __forceinline__ int mla_mma_kp(int W) { return (W + 31) & ~31; }
 __host__ __device__ __forceinline__ int mla_mma_ws(int W) { return mla_mma_kp(W) + 8; }
 
 static size_t mla_mma_smem(int W) {
@@ -380,8 +384,9 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
     k25k_mla_args a, const uint16_t *__restrict__ cache, const float *__restrict__ q,
     const float *__restrict__ q_abs, int n_chunks, float *__restrict__ part_ml,
     float *__restrict__ part_o) {
-    static_assert(MMA_HM * 8 == MMA_WARPS * 32, "softmax: 8 threads per head");
-    static_assert(MMA_JT == 16 * MMA_WARPS, "scores: 16 tile rows per warp");
+    static_assert(MMA_HM * MMA_TPH == MMA_WARPS * 32, "softmax: MMA_TPH threads per head");
+    static_assert(MMA_TPH <= 32 && MMA_JT % MMA_TPH == 0, "softmax: a head's threads in one warp");
+    static_assert(MMA_JT == 8 * MMA_WARPS, "scores: 8 tile rows per warp");
     extern __shared__ __align__(16) unsigned char mla_smem[];
     const int L = a.L, W = L + a.dr, dq = a.dn + a.dr;
     const int KP = mla_mma_kp(W), WS = mla_mma_ws(W);
@@ -497,7 +502,7 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
         for (int n = 0; n < 2; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) o[i][n][e] = 0.0f;
-    float m_run = -INFINITY, l_run = 0.0f; // head tid / 8 (the softmax thread group)
+    float m_run = -INFINITY, l_run = 0.0f; // head tid / MMA_TPH (the softmax thread group)
 
     for (int it = 0; it < n_tiles; it++) {
         const int jt = j0 + it * MMA_JT;
@@ -511,50 +516,55 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
         }
         __syncthreads(); // this tile (and Q, first time) visible to every warp
 
-        // S[16 heads][16 rows of this warp] = Q C^T
-        float sc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+        // S[16 heads][8 rows of this warp] = Q C^T. One ldmatrix.x4 of the tile gives this
+        // warp's 8 rows for two k-steps (matrices: k0, k0 + 8, k0 + 16, k0 + 24); the products
+        // accumulate in the same order as one k-step of 16 at a time.
+        float sc[4] = {0, 0, 0, 0};
         {
             const uint16_t *qa = qhi + (lane & 15) * WS + (lane >> 4) * 8;
             const uint16_t *qb = qlo + (lane & 15) * WS + (lane >> 4) * 8;
-            const uint16_t *cr = cb + (warp * 16 + (lane >> 4) * 8 + (lane & 7)) * WS + ((lane >> 3) & 1) * 8;
-#pragma unroll 4
-            for (int k0 = 0; k0 < KP; k0 += 16) {
-                uint32_t ah[4], al[4], b[4];
+            const uint16_t *cr = cb + (warp * 8 + (lane & 7)) * WS + (lane >> 3) * 8;
+#pragma unroll 2
+            for (int k0 = 0; k0 < KP; k0 += 32) {
+                uint32_t ah[4], al[4], ah2[4], al2[4], b[4];
+                mla_ldsm_x4(b, cr + k0);
                 mla_ldsm_x4(ah, qa + k0);
                 mla_ldsm_x4(al, qb + k0);
-                mla_ldsm_x4(b, cr + k0);
-                mla_mma(sc[0], ah, b[0], b[1]);
-                mla_mma(sc[0], al, b[0], b[1]);
-                mla_mma(sc[1], ah, b[2], b[3]);
-                mla_mma(sc[1], al, b[2], b[3]);
+                mla_ldsm_x4(ah2, qa + k0 + 16);
+                mla_ldsm_x4(al2, qb + k0 + 16);
+                mla_mma(sc, ah, b[0], b[1]);
+                mla_mma(sc, al, b[0], b[1]);
+                mla_mma(sc, ah2, b[2], b[3]);
+                mla_mma(sc, al2, b[2], b[3]);
             }
         }
-#pragma unroll
-        for (int n = 0; n < 2; n++) {
-            const int c = warp * 16 + n * 8 + (lane & 3) * 2, r = lane >> 2;
-            sf[r * MMA_JT + c] = sc[n][0] * a.scale;
-            sf[r * MMA_JT + c + 1] = sc[n][1] * a.scale;
-            sf[(r + 8) * MMA_JT + c] = sc[n][2] * a.scale;
-            sf[(r + 8) * MMA_JT + c + 1] = sc[n][3] * a.scale;
+        {
+            const int c = warp * 8 + (lane & 3) * 2, r = lane >> 2;
+            sf[r * MMA_JT + c] = sc[0] * a.scale;
+            sf[r * MMA_JT + c + 1] = sc[1] * a.scale;
+            sf[(r + 8) * MMA_JT + c] = sc[2] * a.scale;
+            sf[(r + 8) * MMA_JT + c + 1] = sc[3] * a.scale;
         }
         __syncthreads();
 
-        // online softmax: 8 threads per head, 8 tile rows each
+        // online softmax: MMA_TPH threads per head, RPT tile rows each
         {
-            const int h = tid >> 3, c0 = (tid & 7) * 8;
-            float v[8], mt = -INFINITY;
+            constexpr int RPT = MMA_JT / MMA_TPH;
+            const int h = tid / MMA_TPH, c0 = (tid % MMA_TPH) * RPT;
+            float v[RPT], mt = -INFINITY;
 #pragma unroll
-            for (int u = 0; u < 8; u++) {
+            for (int u = 0; u < RPT; u++) {
                 v[u] = jt + c0 + u < j1 ? sf[h * MMA_JT + c0 + u] : -INFINITY;
                 mt = fmaxf(mt, v[u]);
             }
 #pragma unroll
-            for (int off = 1; off < 8; off <<= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, off));
+            for (int off = 1; off < MMA_TPH; off <<= 1)
+                mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, off));
             const float m_new = fmaxf(m_run, mt); // finite: the tile has a valid row
             const float cf = m_run == -INFINITY ? 0.0f : expf(m_run - m_new);
             float ps = 0.0f;
 #pragma unroll
-            for (int u = 0; u < 8; u++) {
+            for (int u = 0; u < RPT; u++) {
                 const float p = v[u] == -INFINITY ? 0.0f : expf(v[u] - m_new);
                 ps += p;
                 const uint16_t hi = k25_f2bf(p);
@@ -562,10 +572,10 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
                 plo[h * MMA_PS + c0 + u] = k25_f2bf(p - k25_bf16f(hi));
             }
 #pragma unroll
-            for (int off = 1; off < 8; off <<= 1) ps += __shfl_xor_sync(0xffffffffu, ps, off);
+            for (int off = 1; off < MMA_TPH; off <<= 1) ps += __shfl_xor_sync(0xffffffffu, ps, off);
             l_run = l_run * cf + ps;
             m_run = m_new;
-            if ((tid & 7) == 0) corr[h] = cf;
+            if (tid % MMA_TPH == 0) corr[h] = cf;
         }
         __syncthreads();
 
@@ -622,8 +632,8 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
             }
         }
     }
-    if ((tid & 7) == 0 && (tid >> 3) < nh) {
-        float *ml = part_ml + (((size_t)t * a.H + h0 + (tid >> 3)) * n_chunks + chunk) * 2;
+    if (tid % MMA_TPH == 0 && tid / MMA_TPH < nh) {
+        float *ml = part_ml + (((size_t)t * a.H + h0 + tid / MMA_TPH) * n_chunks + chunk) * 2;
         ml[0] = m_run;
         ml[1] = l_run;
     }
