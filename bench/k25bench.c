@@ -636,6 +636,7 @@ typedef struct level_result {
     int have_profile;
     int prof_batch, prof_steps, prof_ctx;
     double prof_step_ms;
+    double graph_step_ms;              // the same steps unprofiled, as served (0: none ran)
     double prof_ms[K25_OPG_N];         // per step
     struct spec_run *spec;             // [n_spec] speculative runs of the level
     int n_spec;
@@ -744,13 +745,40 @@ static void measure(k25_model *m, const k25_config *c, const workload *w, int co
     engine_free(e);
 }
 
-// Operation-group breakdown of full decode steps: conc sequences at the level's prompt length,
-// all prefilled first, then `steps` decode steps timed (one more before them, untimed).
+// Tokens each sequence of the breakdown generates: the prefill's token, then twice one untimed
+// decode step and `steps` timed ones.
+static int profile_tokens(int steps) { return 2 * steps + 3; }
+
+// Mean time of `steps` engine steps that decode all n sequences and prefill nothing, after one
+// such step untimed (the first after prefill or after a change of step mode).
+static double full_decode_steps_ms(k25_engine *e, int n, int steps, const k25_dist *d) {
+    double ms = 0;
+    int seen = 0, timed = 0;
+    while (timed < steps && step_on(e, d)) {
+        const k25_step_info *si = engine_last_step(e);
+        if (si->n_prefill != 0 || si->n_decode != n) continue;
+        if (seen++ == 0) continue;
+        ms += si->ms;
+        timed++;
+    }
+    return timed ? ms / timed : 0;
+}
+
+// Full decode steps of conc sequences at the level's prompt length, all prefilled first: first
+// `steps` as the serving run executes them (graphs, no syncs inside), which gives the decode
+// rate with no prefill mixed in, then `steps` more with every operation group timed.
 static void profile(k25_instance *in, const k25_config *c, const workload *w, int conc,
                     int steps, const k25_dist *d, level_result *res) {
     k25_engine *e = new_engine(in->m, c, conc, 1);
     int n = conc < w->n ? conc : w->n;
-    submit_all(e, w, c, steps + 2, n);
+    // as many tokens as both timings need, whatever the workload's output length
+    workload s = *w;
+    int *n_out = k25_malloc(sizeof(int) * (size_t)n);
+    for (int i = 0; i < n; i++) n_out[i] = profile_tokens(steps);
+    s.n_out = n_out;
+    submit_all(e, &s, c, INT_MAX, n);
+    free(n_out);
+    res->graph_step_ms = full_decode_steps_ms(e, n, steps, d);
     op_profile_install(in->be);
     double ms[K25_OPG_N], sum[K25_OPG_N] = {0}, step_ms = 0;
     int seen = 0, timed = 0, ctx = 0;
@@ -837,21 +865,28 @@ static void print_table_row(const level_result *r) {
     fflush(stdout);
 }
 
+// Tokens per second of full-batch decode steps alone: one token per sequence and step.
+static double graph_tok_s(const level_result *r) {
+    return r->graph_step_ms > 0 ? 1000.0 * r->prof_batch / r->graph_step_ms : 0;
+}
+
 static void print_profile_table(const level_result *res, int n) {
     int any = 0;
     for (int i = 0; i < n; i++) any |= res[i].have_profile;
     if (!any) return;
-    printf("\n# decode step by operation group (%% of the step; every operation synced and "
+    printf("\n# decode steps of the whole batch, no prefill: 'decode ms' and 'decode tok/s' as "
+           "served (no syncs added), then by operation group (%% of the step; every operation synced and "
            "timed alone, no graphs: shares, not absolute speed)\n");
-    printf("| conc | ctx | step ms |");
+    printf("| conc | ctx | decode ms | decode tok/s | step ms |");
     for (int g = 0; g < K25_OPG_N; g++) printf(" %9s |", k25_op_group_names[g]);
-    printf("\n| ---: | --: | ------: |");
+    printf("\n| ---: | --: | --------: | -----------: | ------: |");
     for (int g = 0; g < K25_OPG_N; g++) printf(" --------: |");
     printf("\n");
     for (int i = 0; i < n; i++) {
         const level_result *r = &res[i];
         if (!r->have_profile) continue;
-        printf("| %4d | %3d | %7.2f |", r->prof_batch, r->prof_ctx, r->prof_step_ms);
+        printf("| %4d | %3d | %9.2f | %12.1f | %7.2f |", r->prof_batch, r->prof_ctx,
+               r->graph_step_ms, graph_tok_s(r), r->prof_step_ms);
         for (int g = 0; g < K25_OPG_N; g++)
             printf(" %8.1f%% |", r->prof_step_ms > 0 ? 100 * r->prof_ms[g] / r->prof_step_ms : 0);
         printf("\n");
@@ -922,6 +957,8 @@ static char *level_json(const level_result *r, const run_desc *d, const bench_ar
         cJSON_AddNumberToObject(p, "context", r->prof_ctx);
         cJSON_AddNumberToObject(p, "steps", r->prof_steps);
         cJSON_AddNumberToObject(p, "step_ms", r->prof_step_ms);
+        cJSON_AddNumberToObject(p, "graph_step_ms", r->graph_step_ms);
+        cJSON_AddNumberToObject(p, "decode_tok_s", graph_tok_s(r));
         cJSON *ms = cJSON_AddObjectToObject(p, "ms");
         for (int g = 0; g < K25_OPG_N; g++)
             cJSON_AddNumberToObject(ms, k25_op_group_names[g], r->prof_ms[g]);
@@ -1135,7 +1172,7 @@ int main(int argc, char **argv) {
     length_range(a.input_len, a.range_ratio, &in_lo, &in_hi);
     length_range(a.output_len, a.range_ratio, &out_lo, &out_hi);
     for (int i = 0; i < a.n_levels; i++) max_conc = a.levels[i] > max_conc ? a.levels[i] : max_conc;
-    int out_need = out_hi > a.profile_steps + 2 ? out_hi : a.profile_steps + 2;
+    int out_need = out_hi > profile_tokens(a.profile_steps) ? out_hi : profile_tokens(a.profile_steps);
     if (ok && in_hi + out_need > cfg.ctx_size) cfg.ctx_size = in_hi + out_need;
     if (ok && cfg.ctx_size > cfg.max_pos)
         ok = k25_err(err, "input %d + output %d tokens exceed max_position_embeddings %d", in_hi,

@@ -61,6 +61,9 @@ for o in lines:
     assert p["batch"] == c and p["steps"] == 3, p
     total = sum(p["ms"].values())
     assert abs(total - p["step_ms"]) <= 1e-6 * p["step_ms"] + 1e-9, (total, p["step_ms"])
+    # the same steps unprofiled: one token per sequence and step
+    g = p["graph_step_ms"]
+    assert g > 0 and abs(p["decode_tok_s"] - 1000 * c / g) <= 1e-6 * p["decode_tok_s"], p
 print("json ok")
 PY
 
