@@ -246,7 +246,9 @@ void k25k_w4_repack(const uint32_t *wa, const uint32_t *wb, const uint16_t *sa,
 // k-blocks (of 32) of activations staged in shared memory at a time (a larger chunk staged
 // once per small-M unit cost 16 more registers per thread: 3 blocks per SM instead of 4)
 #define W4_KCB 8
-#define W4_XS (W4_KCB * 16 + 4) // words per staged row: bf16 pairs + 16 bytes of padding
+// Words per staged row: the chunk's bf16 pairs + 16 words of padding, so that the two rows a
+// quarter-warp reads with 16-byte loads fall in opposite halves of the 32 banks.
+#define W4_XS (W4_KCB * 16 + 16)
 #define W4_PF 8                 // weight loads in flight per lane (= W4_KCB)
 
 __device__ __forceinline__ void mma_bf16_16816(float d[4], const uint32_t a[4], uint32_t b0,
@@ -259,17 +261,30 @@ __device__ __forceinline__ void mma_bf16_16816(float d[4], const uint32_t a[4], 
           "f"(c[2]), "f"(c[3]));
 }
 
-// One packed word -> the four bf16x2 registers of an A fragment, exact signed values.
+// (a & b) | c in one LOP3: written as C, the two constant operands made ptxas emit an AND and an
+// OR (one immediate per LOP3), 8 of the 15 instructions of a word's dequantization.
+__device__ __forceinline__ uint32_t lop3_and_or(uint32_t a, uint32_t b, uint32_t c) {
+    uint32_t r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+}
+
+// One packed word -> the four bf16x2 registers of an A fragment, exact signed values: nibbles
+// 4j and 4j + 16 under the exponent of 128 (0x4300 | n = 128 + n), minus 136.
 __device__ __forceinline__ void dequant_word(uint32_t w, uint32_t r[4]) {
     const __nv_bfloat162 bias = __halves2bfloat162(__ushort_as_bfloat16((unsigned short)0x4308),
                                                    __ushort_as_bfloat16((unsigned short)0x4308));
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-        uint32_t t = ((w >> (4 * j)) & 0x000f000fu) | 0x43004300u;
+        uint32_t t = lop3_and_or(w >> (4 * j), 0x000f000fu, 0x43004300u);
         __nv_bfloat162 v = __hsub2(*reinterpret_cast<__nv_bfloat162 *>(&t), bias);
         r[j] = *reinterpret_cast<uint32_t *>(&v);
     }
 }
+
+// Staged position of column pair p of a k-block: pairs p, p + 4, p + 8, p + 12 (one lane's B
+// fragments for the k-block's two MMAs) side by side, read as one 16-byte load.
+__device__ __forceinline__ int w4_pair_slot(int p) { return (p & ~15) | ((p & 3) << 2) | ((p >> 2) & 3); }
 
 // silu(sum gate) * (sum up) of one (slot, i) over the n_splits partials at p (gate) and p + I
 // (up), split stride `stride` floats: fixed order (8 independent accumulators, then a tree).
@@ -369,8 +384,8 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
     int split, float *__restrict__ h) {
     constexpr int KCB = W4_KCB, XS = W4_XS;
     static_assert(KCB == W4_PF, "one weight load per lane in flight for each staged k-block");
-    __shared__ uint32_t xs[NTT * 8 * XS];
-    __shared__ uint32_t xl[NTT * 8 * XS];
+    __shared__ __align__(16) uint32_t xs[NTT * 8 * XS];
+    __shared__ __align__(16) uint32_t xl[NTT * 8 * XS];
     __shared__ int xrow[NTT * 8]; // activation row of each of the unit's slots
     __shared__ int last_split;
     // The expert of every unit comes from the routing kernel: no weight address is known before
@@ -456,9 +471,9 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
                 for (int u = 0; u < SB; u++) {
                     if (m0 + u >= mp) break;
                     const uint32_t hi = k25_pack_bf16x2(v[u].x, v[u].y);
-                    xs[(m0 + u) * XS + cp] = hi;
+                    xs[(m0 + u) * XS + w4_pair_slot(cp)] = hi;
                     if (split)
-                        xl[(m0 + u) * XS + cp] =
+                        xl[(m0 + u) * XS + w4_pair_slot(cp)] =
                             k25_pack_bf16x2(v[u].x - k25_bf16_lo(hi), v[u].y - k25_bf16_hi(hi));
                 }
             }
@@ -480,14 +495,15 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
                     const int pl2 = u * 16; // pair offset of this k-block in xs
 #pragma unroll
                     for (int j = 0; j < NTT; j++) {
-                        if (j * 8 < mp) {
-                            const uint32_t *xr = xs + (j * 8 + g) * XS + pl2 + c;
-                            const uint32_t b00 = xr[0], b01 = xr[4];
-                            const uint32_t b10 = xr[8], b11 = xr[12];
+                        if (j == 0 || j * 8 < mp) { // an item has at least one slot
+                            const uint4 xv = *reinterpret_cast<const uint4 *>(
+                                xs + (j * 8 + g) * XS + pl2 + 4 * c);
+                            const uint32_t b00 = xv.x, b01 = xv.y, b10 = xv.z, b11 = xv.w;
                             uint32_t l00 = 0, l01 = 0, l10 = 0, l11 = 0;
                             if (split) {
-                                const uint32_t *lr = xl + (j * 8 + g) * XS + pl2 + c;
-                                l00 = lr[0], l01 = lr[4], l10 = lr[8], l11 = lr[12];
+                                const uint4 lv = *reinterpret_cast<const uint4 *>(
+                                    xl + (j * 8 + g) * XS + pl2 + 4 * c);
+                                l00 = lv.x, l01 = lv.y, l10 = lv.z, l11 = lv.w;
                             }
 #pragma unroll
                             for (int s2 = 0; s2 < 2; s2++) {
