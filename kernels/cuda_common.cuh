@@ -145,6 +145,20 @@ __device__ __forceinline__ uint32_t k25_pack_bf16x2(float lo, float hi) {
     return (uint32_t)k25_f2bf(lo) | ((uint32_t)k25_f2bf(hi) << 16);
 }
 
+// Asynchronous 16-byte global -> shared copies (cp.async, L1 bypassed), grouped per thread by
+// commit; wait<N> returns once at most N of the thread's groups are pending. The copies are
+// visible to the other threads only after a barrier that follows the wait.
+__device__ __forceinline__ uint32_t k25_smem_addr(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void k25_cp_async16(void *dst, const void *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(k25_smem_addr(dst)), "l"(src));
+}
+__device__ __forceinline__ void k25_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void k25_cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
 __device__ __forceinline__ float k25_warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

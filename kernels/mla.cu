@@ -340,25 +340,15 @@ __global__ void __launch_bounds__(256) mla_attn_kernel(k25k_mla_args a, const CT
 #define MMA_PS (MMA_JT + 8) // P row stride (elements): 144 B, an odd number of 16-byte units
 #define MMA_QV 1 // float4 columns of Q per thread and head: KP <= 4 * 32 * MMA_WARPS * MMA_QV
 
-__device__ __forceinline__ uint32_t mla_smem_addr(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
 __device__ __forceinline__ void mla_ldsm_x4(uint32_t r[4], const uint16_t *p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(mla_smem_addr(p)));
+                 : "r"(k25_smem_addr(p)));
 }
 __device__ __forceinline__ void mla_ldsm_x4_trans(uint32_t r[4], const uint16_t *p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(mla_smem_addr(p)));
-}
-__device__ __forceinline__ void mla_cp_async16(uint16_t *dst, const uint16_t *src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(mla_smem_addr(dst)), "l"(src));
-}
-__device__ __forceinline__ void mla_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void mla_cp_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+                 : "r"(k25_smem_addr(p)));
 }
 // d += a b (m16n8k16, bf16 in, f32 accumulate)
 __device__ __forceinline__ void mla_mma(float d[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
@@ -443,7 +433,7 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
             uint16_t *dst = buf + r * WS;
             if (ri >= 0) {
                 const uint16_t *src = cache + (size_t)ri * W;
-                for (int v = lane; v < vpr; v += 32) mla_cp_async16(dst + v * 8, src + v * 8);
+                for (int v = lane; v < vpr; v += 32) k25_cp_async16(dst + v * 8, src + v * 8);
             } else { // past the chunk: zeros (P is 0 there, and 0 * NaN garbage would be NaN)
                 for (int v = lane; v < vpr; v += 32)
                     *reinterpret_cast<uint4 *>(dst + v * 8) = make_uint4(0, 0, 0, 0);
@@ -453,7 +443,7 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
 
     const int n_tiles = (int)k25_cdiv(j1 - j0, MMA_JT);
     load_tile(j0, cbuf);
-    mla_cp_commit();
+    k25_cp_commit();
 
     // Q (f32 q_abs then roped q_pe) -> bf16 hi + lo; zero heads past nh and columns past W.
     // Four columns per thread and step (L, dn and dr are multiples of 4: float4 loads), heads
@@ -509,10 +499,10 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
         const uint16_t *cb = cbuf + (it & 1) * MMA_JT * WS;
         if (it + 1 < n_tiles) {
             load_tile(jt + MMA_JT, cbuf + ((it + 1) & 1) * MMA_JT * WS);
-            mla_cp_commit();
-            mla_cp_wait<1>();
+            k25_cp_commit();
+            k25_cp_wait<1>();
         } else {
-            mla_cp_wait<0>();
+            k25_cp_wait<0>();
         }
         __syncthreads(); // this tile (and Q, first time) visible to every warp
 
