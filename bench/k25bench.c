@@ -749,19 +749,26 @@ static void measure(k25_model *m, const k25_config *c, const workload *w, int co
 // decode step and `steps` timed ones.
 static int profile_tokens(int steps) { return 2 * steps + 3; }
 
-// Mean time of `steps` engine steps that decode all n sequences and prefill nothing, after one
-// such step untimed (the first after prefill or after a change of step mode).
-static double full_decode_steps_ms(k25_engine *e, int n, int steps, const k25_dist *d) {
-    double ms = 0;
+// Runs engine steps until `steps` of them decoded all n sequences and prefilled nothing, after
+// one such step untimed (the first after prefill or after a change of step mode). Returns how
+// many were timed; *ms gets their total time and, when groups is given, the operation
+// profile's per-group times of those same steps are added to it (the profile accumulates over
+// every step: taken after each).
+static int time_full_decode_steps(k25_engine *e, int n, int steps, const k25_dist *d, double *ms,
+                                  double groups[K25_OPG_N]) {
+    double g[K25_OPG_N];
     int seen = 0, timed = 0;
+    *ms = 0;
     while (timed < steps && step_on(e, d)) {
+        if (groups) op_profile_take(g);
         const k25_step_info *si = engine_last_step(e);
         if (si->n_prefill != 0 || si->n_decode != n) continue;
         if (seen++ == 0) continue;
-        ms += si->ms;
+        for (int k = 0; groups && k < K25_OPG_N; k++) groups[k] += g[k];
+        *ms += si->ms;
         timed++;
     }
-    return timed ? ms / timed : 0;
+    return timed;
 }
 
 // Full decode steps of conc sequences at the level's prompt length, all prefilled first: first
@@ -778,19 +785,11 @@ static void profile(k25_instance *in, const k25_config *c, const workload *w, in
     s.n_out = n_out;
     submit_all(e, &s, c, INT_MAX, n);
     free(n_out);
-    res->graph_step_ms = full_decode_steps_ms(e, n, steps, d);
+    double graph_ms, step_ms, sum[K25_OPG_N] = {0};
+    int graph_steps = time_full_decode_steps(e, n, steps, d, &graph_ms, NULL);
+    res->graph_step_ms = graph_steps ? graph_ms / graph_steps : 0;
     op_profile_install(in->be);
-    double ms[K25_OPG_N], sum[K25_OPG_N] = {0}, step_ms = 0;
-    int seen = 0, timed = 0, ctx = 0;
-    while (timed < steps && step_on(e, d)) {
-        op_profile_take(ms);
-        const k25_step_info *si = engine_last_step(e);
-        if (si->n_prefill != 0 || si->n_decode != n) continue;
-        if (seen++ == 0) continue;
-        for (int g = 0; g < K25_OPG_N; g++) sum[g] += ms[g];
-        step_ms += si->ms;
-        timed++;
-    }
+    int timed = time_full_decode_steps(e, n, steps, d, &step_ms, sum), ctx = 0;
     op_profile_remove(in->be);
     for (int i = 0; i < n; i++) ctx += w->n_in[i];
     engine_free(e);
@@ -875,8 +874,8 @@ static void print_profile_table(const level_result *res, int n) {
     for (int i = 0; i < n; i++) any |= res[i].have_profile;
     if (!any) return;
     printf("\n# decode steps of the whole batch, no prefill: 'decode ms' and 'decode tok/s' as "
-           "served (no syncs added), then by operation group (%% of the step; every operation synced and "
-           "timed alone, no graphs: shares, not absolute speed)\n");
+           "served (no syncs added), then by operation group (%% of the step; every operation "
+           "synced and timed alone, no graphs: shares, not absolute speed)\n");
     printf("| conc | ctx | decode ms | decode tok/s | step ms |");
     for (int g = 0; g < K25_OPG_N; g++) printf(" %9s |", k25_op_group_names[g]);
     printf("\n| ---: | --: | --------: | -----------: | ------: |");
@@ -1172,7 +1171,8 @@ int main(int argc, char **argv) {
     length_range(a.input_len, a.range_ratio, &in_lo, &in_hi);
     length_range(a.output_len, a.range_ratio, &out_lo, &out_hi);
     for (int i = 0; i < a.n_levels; i++) max_conc = a.levels[i] > max_conc ? a.levels[i] : max_conc;
-    int out_need = out_hi > profile_tokens(a.profile_steps) ? out_hi : profile_tokens(a.profile_steps);
+    const int prof_need = profile_tokens(a.profile_steps);
+    int out_need = out_hi > prof_need ? out_hi : prof_need;
     if (ok && in_hi + out_need > cfg.ctx_size) cfg.ctx_size = in_hi + out_need;
     if (ok && cfg.ctx_size > cfg.max_pos)
         ok = k25_err(err, "input %d + output %d tokens exceed max_position_embeddings %d", in_hi,

@@ -284,7 +284,9 @@ __device__ __forceinline__ void dequant_word(uint32_t w, uint32_t r[4]) {
 
 // Staged position of column pair p of a k-block: pairs p, p + 4, p + 8, p + 12 (one lane's B
 // fragments for the k-block's two MMAs) side by side, read as one 16-byte load.
-__device__ __forceinline__ int w4_pair_slot(int p) { return (p & ~15) | ((p & 3) << 2) | ((p >> 2) & 3); }
+__device__ __forceinline__ int w4_pair_slot(int p) {
+    return (p & ~15) | ((p & 3) << 2) | ((p >> 2) & 3);
+}
 
 // silu(sum gate) * (sum up) of one (slot, i) over the n_splits partials at p (gate) and p + I
 // (up), split stride `stride` floats: fixed order (8 independent accumulators, then a tree).
