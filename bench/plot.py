@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Plots k25bench results: output tok/s and TPOT against concurrency.
+"""Plots k25bench results: output tok/s (and the decode-alone rate) and TPOT against concurrency.
 
 usage: bench/plot.py --out FILE.png RESULTS.jsonl [MORE.jsonl ...]
 
@@ -55,7 +55,13 @@ def main():
     fig, (ax_tput, ax_tpot) = plt.subplots(1, 2, figsize=(12, 4.5))
     for rows, label in zip(runs, labels):
         conc = [r["max_concurrency"] for r in rows]
-        ax_tput.plot(conc, [r["output_throughput"] for r in rows], "o-", label=label)
+        tput = ax_tput.plot(conc, [r["output_throughput"] for r in rows], "o-", label=label)[0]
+        # full-batch decode steps alone (the breakdown's unprofiled steps), where measured
+        dec = [(r["max_concurrency"], r["decode_profile"]["decode_tok_s"]) for r in rows
+               if r.get("decode_profile", {}).get("decode_tok_s")]
+        if dec:
+            ax_tput.plot([c for c, _ in dec], [v for _, v in dec], "s--", color=tput.get_color(),
+                         label=f"{label} (decode steps alone)")
         line = ax_tpot.plot(conc, [r["median_tpot_ms"] for r in rows], "o-",
                             label=f"{label} (median)")[0]
         ax_tpot.fill_between(conc, [r["median_tpot_ms"] for r in rows],
