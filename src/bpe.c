@@ -1,7 +1,6 @@
 // Byte-level BPE: tiktoken.model parsing, the byte-string -> rank hash table and the merge loop.
 #include "bpe.h"
 
-#include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -254,27 +253,9 @@ out:
 }
 
 int bpe_vocab_load(bpe_vocab *v, const char *path, char *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return k25_err(err, "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 1 << 20, n = 0;
-    char *buf = k25_malloc(cap);
-    for (;;) {
-        if (n == cap) {
-            cap *= 2;
-            char *b = realloc(buf, cap);
-            if (!b) K25_DIE("out of memory reading %s", path);
-            buf = b;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return k25_err(err, "%s: read error", path);
-    }
+    size_t n;
+    char *buf = k25_read_file(path, &n, err);
+    if (!buf) return -1;
     int rc = bpe_vocab_parse(v, path, buf, n, err);
     free(buf);
     return rc;

@@ -9,36 +9,6 @@
 // ------------------------------------------------------------------------------------------
 // opening
 
-static char *read_text(const char *path, size_t *len, char *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        k25_err(err, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n == cap) {
-            cap = cap ? 2 * cap : 1 << 16;
-            buf = realloc(buf, cap + 1);
-            if (!buf) K25_DIE("out of memory reading %s", path);
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        k25_err(err, "%s: read error", path);
-        return NULL;
-    }
-    buf[n] = 0;
-    *len = n;
-    return buf;
-}
-
 static int cmp_str(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
@@ -53,7 +23,7 @@ static int bad_shard_name(const char *s) {
 // Parses the index into ck->index and the sorted unique ck->shard_names.
 static int read_index(k25_checkpoint *ck, const char *path, char *err) {
     size_t len;
-    char *text = read_text(path, &len, err);
+    char *text = k25_read_file(path, &len, err);
     if (!text) return -1;
     cJSON *root = cJSON_ParseWithLength(text, len);
     free(text);

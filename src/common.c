@@ -1,6 +1,7 @@
 // Fatal errors, logging, checked allocation.
 #include "common.h"
 
+#include <errno.h>
 #include <mpi.h>
 #include <stdarg.h>
 #include <string.h>
@@ -79,6 +80,36 @@ char *k25_strdup(const char *s) {
     char *p = k25_malloc(n);
     memcpy(p, s, n);
     return p;
+}
+
+char *k25_read_file(const char *path, size_t *len, char *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        k25_err(err, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    // read to the end rather than trusting a size: pipes and /proc files have none
+    size_t cap = 1 << 16, n = 0, got;
+    char *buf = k25_malloc(cap + 1);
+    while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n == cap) {
+            cap *= 2;
+            char *b = realloc(buf, cap + 1);
+            if (!b) K25_DIE("out of host memory reading %s", path);
+            buf = b;
+        }
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) {
+        free(buf);
+        k25_err(err, "%s: read error", path);
+        return NULL;
+    }
+    buf[n] = 0;
+    if (len) *len = n;
+    return buf;
 }
 
 double k25_now_ms(void) {

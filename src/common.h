@@ -49,6 +49,9 @@ char *k25_strdup(const char *s);
 double k25_now_ms(void);                 // monotonic clock
 // Formats into err (K25_ERR_LEN bytes) and returns -1, for `return k25_err(err, ...)`.
 int k25_err(char *err, const char *fmt, ...) K25_PRINTF(2, 3);
+// A whole file in a NUL-terminated buffer (*len, when given, without the NUL), to free; NULL
+// with err set ("PATH: cannot open: ..." or "PATH: read error") when it cannot be read.
+char *k25_read_file(const char *path, size_t *len, char *err);
 
 #ifdef __cplusplus
 }

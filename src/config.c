@@ -255,41 +255,9 @@ int config_load_ini_string(k25_config *c, const char *text, const char *name, ch
     return 0;
 }
 
-// Whole file into a NUL-terminated buffer.
-static char *read_file(const char *path, size_t *len, char *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        k25_err(err, "cannot open '%s': %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = k25_malloc(cap);
-    for (;;) {
-        if (n + 1 >= cap) {
-            cap *= 2;
-            char *nb = realloc(buf, cap);
-            if (!nb) K25_DIE("out of host memory reading '%s'", path);
-            buf = nb;
-        }
-        size_t got = fread(buf + n, 1, cap - 1 - n, f);
-        n += got;
-        if (got == 0) break;
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        k25_err(err, "cannot read '%s'", path);
-        return NULL;
-    }
-    buf[n] = 0;
-    if (len) *len = n;
-    return buf;
-}
-
 int config_load_ini(k25_config *c, const char *path, char *err) {
     size_t n;
-    char *text = read_file(path, &n, err);
+    char *text = k25_read_file(path, &n, err);
     if (!text) return -1;
     if (strlen(text) != n) {
         free(text);
@@ -696,7 +664,7 @@ int config_load_hf_json_string(k25_config *c, const char *json, size_t len, char
 
 int config_load_hf_json(k25_config *c, const char *path, char *err) {
     size_t n;
-    char *text = read_file(path, &n, err);
+    char *text = k25_read_file(path, &n, err);
     if (!text) return -1;
     int rc = hf_load(c, text, n, path, err);
     free(text);

@@ -86,27 +86,6 @@ typedef struct eagle {
 // Configuration (config.json of the draft)
 // ------------------------------------------------------------------------------------------
 
-static char *slurp(const char *path, char *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        k25_err(err, "cannot open %s", path);
-        return NULL;
-    }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = k25_malloc((size_t)(n > 0 ? n : 0) + 1);
-    size_t got = n > 0 ? fread(buf, 1, (size_t)n, f) : 0;
-    fclose(f);
-    if (n < 0 || got != (size_t)n) {
-        free(buf);
-        k25_err(err, "cannot read %s", path);
-        return NULL;
-    }
-    buf[n] = 0;
-    return buf;
-}
-
 static void json_set_num(cJSON *o, const char *key, double v) {
     cJSON_DeleteItemFromObjectCaseSensitive(o, key);
     cJSON_AddNumberToObject(o, key, v);
@@ -122,7 +101,7 @@ static int json_int_or(const cJSON *o, const char *key, int dflt) {
 static int read_config(eagle *e, const char *dir, const spec_env *env, int *aux_ids, char *err) {
     char path[4200];
     snprintf(path, sizeof path, "%s/config.json", dir);
-    char *text = slurp(path, err);
+    char *text = k25_read_file(path, NULL, err);
     if (!text) return -1;
     cJSON *root = cJSON_Parse(text);
     free(text);

@@ -61,41 +61,11 @@ static int set_special(k25_tokenizer *t, int id, const char *name, size_t len) {
     return 0;
 }
 
-static char *read_file(const char *path, size_t *len, char *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        k25_err(err, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = k25_malloc(cap + 1);
-    size_t got;
-    while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) {
-            cap *= 2;
-            char *b = realloc(buf, cap + 1);
-            if (!b) K25_DIE("out of memory reading %s", path);
-            buf = b;
-        }
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        k25_err(err, "%s: read error", path);
-        return NULL;
-    }
-    buf[n] = 0;
-    *len = n;
-    return buf;
-}
-
 // Names specials from "added_tokens_decoder": {"163584": {"content": "[BOS]", ...}, ...}.
 // Entries outside [n_base, n_vocab) are not specials of this vocabulary and are skipped.
 static int load_config_names(k25_tokenizer *t, const char *path, char *err) {
     size_t len;
-    char *text = read_file(path, &len, err);
+    char *text = k25_read_file(path, &len, err);
     if (!text) return -1;
     cJSON *root = cJSON_ParseWithLength(text, len);
     if (!root) {
