@@ -82,12 +82,7 @@ char *k25_strdup(const char *s) {
     return p;
 }
 
-char *k25_read_file(const char *path, size_t *len, char *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        k25_err(err, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
+char *k25_read_stream(FILE *f, const char *name, size_t *len, char *err) {
     // read to the end rather than trusting a size: pipes and /proc files have none
     size_t cap = 1 << 16, n = 0, got;
     char *buf = k25_malloc(cap + 1);
@@ -96,19 +91,28 @@ char *k25_read_file(const char *path, size_t *len, char *err) {
         if (n == cap) {
             cap *= 2;
             char *b = realloc(buf, cap + 1);
-            if (!b) K25_DIE("out of host memory reading %s", path);
+            if (!b) K25_DIE("out of host memory reading %s", name);
             buf = b;
         }
     }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) {
+    if (ferror(f)) {
         free(buf);
-        k25_err(err, "%s: read error", path);
+        k25_err(err, "%s: read error", name);
         return NULL;
     }
     buf[n] = 0;
     if (len) *len = n;
+    return buf;
+}
+
+char *k25_read_file(const char *path, size_t *len, char *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        k25_err(err, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    char *buf = k25_read_stream(f, path, len, err);
+    fclose(f);
     return buf;
 }
 

@@ -52,6 +52,8 @@ int k25_err(char *err, const char *fmt, ...) K25_PRINTF(2, 3);
 // A whole file in a NUL-terminated buffer (*len, when given, without the NUL), to free; NULL
 // with err set ("PATH: cannot open: ..." or "PATH: read error") when it cannot be read.
 char *k25_read_file(const char *path, size_t *len, char *err);
+// The same for the rest of an open stream (stdin), named `name` in messages.
+char *k25_read_stream(FILE *f, const char *name, size_t *len, char *err);
 
 #ifdef __cplusplus
 }

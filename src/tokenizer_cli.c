@@ -14,21 +14,12 @@
 #include "common.h"
 #include "tokenizer.h"
 
-static char *read_all(FILE *in, size_t *len) {
-    size_t cap = 1 << 16, n = 0, got;
-    char *buf = k25_malloc(cap + 1);
-    while ((got = fread(buf + n, 1, cap - n, in)) > 0) {
-        n += got;
-        if (n == cap) {
-            cap *= 2;
-            char *b = realloc(buf, cap + 1);
-            if (!b) K25_DIE("out of memory reading input");
-            buf = b;
-        }
-    }
-    buf[n] = 0;
-    *len = n;
-    return buf;
+// The whole input, or NULL after a message naming the option (a read error on the stream).
+static char *read_input(FILE *in, const char *option, size_t *len) {
+    char err[K25_ERR_LEN];
+    char *text = k25_read_stream(in, "standard input", len, err);
+    if (!text) fprintf(stderr, "k25dec: %s: %s\n", option, err);
+    return text;
 }
 
 static k25_tokenizer *open_tokenizer(const char *tokfile, const char *pattern) {
@@ -55,7 +46,11 @@ int tokenizer_cli_tokenize(const char *tokfile, const char *pattern, FILE *in, F
     k25_tokenizer *t = open_tokenizer(tokfile, pattern);
     if (!t) return 1;
     size_t len, n;
-    char *text = read_all(in, &len);
+    char *text = read_input(in, "--tokenize", &len);
+    if (!text) {
+        tokenizer_free(t);
+        return 1;
+    }
     int32_t *ids;
     char err[K25_ERR_LEN];
     int rc = tokenizer_encode(t, text, len, 1, &ids, &n, err);
@@ -75,8 +70,11 @@ int tokenizer_cli_tokenize(const char *tokfile, const char *pattern, FILE *in, F
 int tokenizer_cli_detokenize(const char *tokfile, const char *pattern, FILE *in, FILE *out) {
     k25_tokenizer *t = open_tokenizer(tokfile, pattern);
     if (!t) return 1;
-    size_t len;
-    char *text = read_all(in, &len);
+    char *text = read_input(in, "--detokenize", NULL);
+    if (!text) {
+        tokenizer_free(t);
+        return 1;
+    }
     k25_detok d;
     detok_init(&d, t);
     char buf[4096];
