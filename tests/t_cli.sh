@@ -117,6 +117,16 @@ if run 2 "${tokargs[@]}" -p "Hello world" --print-ids && cp "$tmp/out" "$tmp/ids
     echo "ok   tokenizer: text out == detokenized ids; -p == --tokens of --tokenize"
 else bad "tokenizer text output"; cat "$tmp/ids.txt" "$tmp/text.txt" "$tmp/out"; fi
 
+# Unreadable standard input (a directory): a message naming the option, a non-zero exit, for
+# both directions (the reader once returned empty input there)
+for op in --tokenize --detokenize; do
+    if ./k25dec --tokenizer tests/data/tokenizer/tiktoken.model $op <tests >"$tmp/out" 2>"$tmp/err"; then
+        bad "$op with a directory on stdin exited 0"
+    elif grep -q -- "$op: standard input: read error" "$tmp/err"; then
+        echo "ok   $op: unreadable stdin -> $(cat "$tmp/err")"
+    else bad "$op: no read error message: $(cat "$tmp/err")"; fi
+done
+
 # -n past the context: 10 prompt tokens, context 12 -> 3 tokens (the last needs no position)
 if run 2 --tokens 1,2,3,4,5,6,7,8,9,10 -c 12 -n 8 && [ "$(wc -w <"$tmp/out")" -eq 3 ] &&
     grep -q 'context end' "$tmp/err"; then echo "ok   -n past the context stops at the context end"
