@@ -24,6 +24,8 @@ import subprocess
 import sys
 import tempfile
 
+from k25results import read_jsonl
+
 # Each column: header, the JSON names it may have (k25bench's first), format.
 COLUMNS = [
     ("conc", ("max_concurrency", "concurrency"), "{:d}"),
@@ -55,20 +57,6 @@ def fmt(value, spec):
         return spec.format(int(value) if spec == "{:d}" else float(value))
     except (TypeError, ValueError):
         return str(value)
-
-
-def read_jsonl(path):
-    rows = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise SystemExit(f"merge_results.py: {path}:{n}: not JSON: {e}") from None
-    return rows
 
 
 def split_args(line):
@@ -106,7 +94,7 @@ def load(results_dir):
             with open(p) as f:
                 line = f.read().strip()
         else:
-            rows = read_jsonl(p)
+            rows = read_jsonl(p, "merge_results.py")
         tasks[i] = (line, rows)
     return tasks
 

@@ -8,21 +8,13 @@ level); several files become several labelled curves (label: backend, ranks, git
 or --label). Exits 3 when matplotlib is missing (k25bench then skips the plot), 2 on bad input.
 """
 import argparse
-import json
 import sys
+
+from k25results import read_jsonl
 
 
 def load(path):
-    rows = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                sys.exit(f"plot.py: {path}:{n}: not JSON: {e}")
+    rows = read_jsonl(path, "plot.py")
     if not rows:
         sys.exit(f"plot.py: {path}: no results")
     return sorted(rows, key=lambda r: r["max_concurrency"])
