@@ -14,8 +14,8 @@
 // ranks always step together; rank 0 measures and writes.
 //
 // SIGINT / SIGTERM (src/stop_signal.h): the level in progress stops after the engine step in
-// flight and is dropped; the completed levels stay printed and in --json, the tables of them follow, and
-// every rank exits with 130.
+// flight and is dropped; the completed levels stay printed and in --json, the tables of them
+// follow, and every rank exits with 130.
 #include <errno.h>
 #include <limits.h>
 #include <math.h>

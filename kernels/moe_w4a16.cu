@@ -249,7 +249,7 @@ void k25k_w4_repack(const uint32_t *wa, const uint32_t *wb, const uint16_t *sa,
 // Words per staged row: the chunk's bf16 pairs + 16 words of padding, so that the two rows a
 // quarter-warp reads with 16-byte loads fall in opposite halves of the 32 banks.
 #define W4_XS (W4_KCB * 16 + 16)
-#define W4_PF 8                 // weight loads in flight per lane (= W4_KCB)
+#define W4_PF 8 // weight loads in flight per lane (= W4_KCB)
 
 __device__ __forceinline__ void mma_bf16_16816(float d[4], const uint32_t a[4], uint32_t b0,
                                                uint32_t b1, const float c[4]) {
@@ -455,13 +455,14 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
         // largest batch that leaves the chunk's weight loads as one run of predicated loads
         // from a base address in the SASS (~48 instructions); with twice the batch, ptxas put
         // each load behind its own branch and address computation (~230 instructions), which
-        // cost decode +5 us per GEMM (kernels/NOTES.md). (One slot per
-        // iteration, its row looked up each time, made a prefill chunk of 11 slots a chain of
-        // 22 dependent loads: ~6x the weight bytes' time at 512 rows, kernels/NOTES.md.)
+        // cost decode +5 us per GEMM (kernels/NOTES.md). (One slot per iteration, its row
+        // looked up each time, made a prefill chunk of 11 slots a chain of 22 dependent loads:
+        // ~6x the weight bytes' time at 512 rows, kernels/NOTES.md.)
         static_assert(16 * KCB <= W4_NW * 32, "one column pair per thread");
         const int cp = threadIdx.x;
         if (cp < pairs) {
             const float *xc = X + (size_t)kc0 * 32 + 2 * cp;
+            const int xp = w4_pair_slot(cp);
             constexpr int SB = NTT <= 2 ? 2 : 4;
             for (int m0 = 0; m0 < mp; m0 += SB) {
                 float2 v[SB];
@@ -473,9 +474,9 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
                 for (int u = 0; u < SB; u++) {
                     if (m0 + u >= mp) break;
                     const uint32_t hi = k25_pack_bf16x2(v[u].x, v[u].y);
-                    xs[(m0 + u) * XS + w4_pair_slot(cp)] = hi;
+                    xs[(m0 + u) * XS + xp] = hi;
                     if (split)
-                        xl[(m0 + u) * XS + w4_pair_slot(cp)] =
+                        xl[(m0 + u) * XS + xp] =
                             k25_pack_bf16x2(v[u].x - k25_bf16_lo(hi), v[u].y - k25_bf16_hi(hi));
                 }
             }
