@@ -159,6 +159,52 @@ template <int N> __device__ __forceinline__ void k25_cp_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+// Bulk asynchronous copies (the TMA's non-tensor form): one thread moves a contiguous range of
+// global memory (16-byte aligned, a multiple of 16 bytes) into shared memory; the copy counts
+// its bytes on an mbarrier, whose phase completes when the bytes announced by expect_tx have
+// arrived. Waiters on that phase then see the data; no barrier between the threads is needed.
+// Before a stage that threads have read is overwritten by a new copy, those reads are ordered
+// before the copy's writes by fence_proxy_async (the copies belong to the async proxy).
+__device__ __forceinline__ void k25_mbar_init(uint64_t *bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(k25_smem_addr(bar)), "r"(count)
+                 : "memory");
+}
+// makes initialized mbarriers visible to the async proxy
+__device__ __forceinline__ void k25_mbar_init_fence() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+__device__ __forceinline__ void k25_mbar_expect_tx(uint64_t *bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(k25_smem_addr(bar)),
+                 "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void k25_mbar_wait(uint64_t *bar, unsigned parity) {
+    uint32_t done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(k25_smem_addr(bar)), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+__device__ __forceinline__ void k25_fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// L2 policy for data read once (weights streamed through a step)
+__device__ __forceinline__ uint64_t k25_l2_evict_first() {
+    uint64_t p;
+    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
+    return p;
+}
+__device__ __forceinline__ void k25_bulk_g2s(void *dst, const void *src, unsigned bytes,
+                                             uint64_t *bar, uint64_t policy) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+                 " [%0], [%1], %2, [%3], %4;\n" ::"r"(k25_smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(k25_smem_addr(bar)), "l"(policy)
+                 : "memory");
+}
+
 __device__ __forceinline__ float k25_warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -34,6 +34,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <type_traits>
+
 #include "cuda_kernels.cuh"
 
 #define W4_NW 4          // warps per block, one 32-row tile each
@@ -249,12 +251,17 @@ void k25k_w4_repack(const uint32_t *wa, const uint32_t *wb, const uint16_t *sa,
 // Words per staged row: the chunk's bf16 pairs + 16 words of padding, so that the two rows a
 // quarter-warp reads with 16-byte loads fall in opposite halves of the 32 banks.
 #define W4_XS (W4_KCB * 16 + 16)
-#define W4_PF 8 // weight loads in flight per lane (= W4_KCB)
+// Each warp streams its tile's weights and scales through its own ring of W4_STAGES chunks in
+// shared memory, filled by bulk copies: chunk c + 1 is in flight while chunk c is consumed, and
+// no warp waits for another's bytes.
+#define W4_STAGES 2
+#define W4_STAGE_W (W4_KCB * 512) // bytes of weights per chunk (512 per 32 x 32 k-block)
+#define W4_STAGE_BYTES (W4_STAGE_W + W4_KCB * 64)
+#define W4_RING_BYTES (W4_NW * W4_STAGES * W4_STAGE_BYTES)
 
 __device__ __forceinline__ void mma_bf16_16816(float d[4], const uint32_t a[4], uint32_t b0,
                                                uint32_t b1, const float c[4]) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
         "{%8,%9}, {%10,%11,%12,%13};\n"
         : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]),
@@ -375,21 +382,33 @@ __device__ __forceinline__ void gate_up_tail(const float *__restrict__ part,
 //      units of each (item, row-block) to finish (counted in r.tile_done, which that unit resets
 //      to 0), summed in fixed split order, so the result does not depend on which unit is last.
 // NTT: MMA n-tiles of 8 tokens kept in registers (1 when no expert can have more than 8 slots).
-// split: activations as two bf16 operands, hi = bf16(x) and lo = bf16(x - hi), each multiplied
-// by the exact INT4 weights (twice the MMAs, about f32 accuracy); otherwise hi only.
-// Registers: at most 128 for NTT <= 2 (4 blocks per SM, no spills), 166 for NTT = 4 (3 per SM).
-template <int NTT>
+// SPLIT: activations as two bf16 operands, hi = bf16(x) and lo = bf16(x - hi), each multiplied
+// by the exact INT4 weights (twice the MMAs, about f32 accuracy); otherwise hi only. A template
+// argument: as a run-time flag it put a branch in every k-block (see the consume).
+// Registers: at most 128 for NTT <= 2 (4 blocks per SM), 168 for NTT = 4 (3 per SM); the few
+// spills (16-100 bytes) are loop-invariant addresses, outside the chunk loop.
+// Shared memory: the staging tiles plus the warps' rings (W4_RING_BYTES, dynamic).
+template <int NTT, bool SPLIT>
 __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_kernel(
     const uint4 *__restrict__ Wt, const uint2 *__restrict__ St, size_t w_stride, size_t s_stride,
     int N, int K, int gate_up, const float *__restrict__ X, int x_ld,
     const int *__restrict__ row_index, k25k_moe_route r, int pl, float *__restrict__ part, int A,
-    int split, float *__restrict__ h) {
-    constexpr int KCB = W4_KCB, XS = W4_XS;
-    static_assert(KCB == W4_PF, "one weight load per lane in flight for each staged k-block");
+    float *__restrict__ h) {
+    constexpr int KCB = W4_KCB, XS = W4_XS, S = W4_STAGES;
+    extern __shared__ __align__(128) uint8_t w4_ring[]; // [W4_NW][S][W4_STAGE_BYTES]
     __shared__ __align__(16) uint32_t xs[NTT * 8 * XS];
     __shared__ __align__(16) uint32_t xl[NTT * 8 * XS];
+    __shared__ __align__(8) uint64_t full[W4_NW][S]; // a stage's bytes have landed
     __shared__ int xrow[NTT * 8]; // activation row of each of the unit's slots
     __shared__ int last_split;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    uint8_t *ring = w4_ring + warp * S * W4_STAGE_BYTES;
+    if (lane == 0) {
+#pragma unroll
+        for (int i = 0; i < S; i++) k25_mbar_init(&full[warp][i], 1);
+        k25_mbar_init_fence();
+    }
+    __syncwarp();
     // The expert of every unit comes from the routing kernel: no weight address is known before
     // the wait.
     k25_pdl_trigger();
@@ -401,8 +420,11 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
     const int kb_per_split = (KB + n_splits - 1) / n_splits;
     const int rbs = (NT + W4_NW - 1) / W4_NW;
     const int n_units = *r.n_items * rbs * n_splits;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const int I = N / 2;
+    const uint64_t policy = k25_l2_evict_first();
+    // chunks this warp has issued into and consumed from its ring, over all its units: the
+    // stage is the count mod S, the mbarrier phase its parity
+    uint32_t issued = 0, consumed = 0;
 
     for (int unit = blockIdx.x; unit < n_units; unit += gridDim.x) {
     const int item = unit / (rbs * n_splits), rem = unit - item * (rbs * n_splits);
@@ -414,8 +436,22 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
     const int nt = rb * W4_NW + warp;
     const int kb0 = ks * kb_per_split;
     const int kb1 = min(KB, kb0 + kb_per_split);
-    const uint4 *wt = Wt + (size_t)e * w_stride + (size_t)nt * KB * 32 + lane;
-    const uint2 *st = St + (size_t)e * s_stride + (size_t)nt * KB * 8 + g;
+    const uint4 *wt = Wt + (size_t)e * w_stride + (size_t)nt * KB * 32;
+    const uint2 *st = St + (size_t)e * s_stride + (size_t)nt * KB * 8;
+    // chunk kc's k-blocks into the next stage of the ring (one lane copies; the count is the
+    // warp's)
+    auto issue = [&](int kc) {
+        const int nk = min(kb1 - kc, KCB), q = issued % S;
+        if (lane == 0) {
+            uint8_t *dst = ring + q * W4_STAGE_BYTES;
+            k25_mbar_expect_tx(&full[warp][q], nk * 576);
+            k25_bulk_g2s(dst, wt + (size_t)kc * 32, nk * 512, &full[warp][q], policy);
+            k25_bulk_g2s(dst + W4_STAGE_W, st + (size_t)kc * 8, nk * 64, &full[warp][q], policy);
+        }
+        issued++;
+    };
+    if (nt < NT)
+        for (int i = 0; i < S && kb0 + i * KCB < kb1; i++) issue(kb0 + i * KCB);
     // read by the staging after the chunk loop's first barrier; the previous unit's last
     // staging finished before its second one
     if (threadIdx.x < mp) xrow[threadIdx.x] = row_index ? row_index[slot0 + threadIdx.x]
@@ -429,42 +465,57 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
 #pragma unroll
             for (int q = 0; q < 4; q++) acc[j][s2][q] = 0.0f;
 
+    // Thread cp stages column pair cp of every slot (16 KCB pairs <= blockDim.x), the loads of
+    // SB slots in flight together: one L2 round trip per SB slots. (One slot per iteration, its
+    // row looked up each time, made a prefill chunk of 11 slots a chain of 22 dependent loads:
+    // ~6x the weight bytes' time at 512 rows, kernels/NOTES.md.) The first SB slots of the next
+    // chunk are loaded before the current chunk is consumed, so at decode (1-2 slots per
+    // expert) no staging waits for L2; their rows are kept in registers.
+    static_assert(16 * KCB <= W4_NW * 32, "one column pair per thread");
+    constexpr int SB = NTT <= 2 ? 2 : 4;
+    const int cp = threadIdx.x;
+    int rr[SB];
+#pragma unroll
+    for (int u = 0; u < SB; u++)
+        rr[u] = u < mp ? (row_index ? row_index[slot0 + u] : slot0 + u) : 0;
+    float2 vn[SB]; // the next chunk's first SB slots, column pair cp
+    auto load_next = [&](int kc) {
+        if (cp < min(kb1 - kc, KCB) * 16) {
+            const float *xc = X + (size_t)kc * 32 + 2 * cp;
+#pragma unroll
+            for (int u = 0; u < SB; u++)
+                if (u < mp) vn[u] = *reinterpret_cast<const float2 *>(xc + (size_t)rr[u] * x_ld);
+        }
+    };
+    // Up to 4 slots (decode: most experts hold 1-2 tokens) the lo halves go into rows 4-7 of the
+    // hi tile instead of a tile of their own: one MMA then yields both products, in different
+    // output columns, which the epilogue adds. Half the MMAs of a split unit, where the 8-token
+    // n-tile was mostly empty anyway.
+    const bool packed = SPLIT && mp <= 4;
+    auto store_x = [&](int m, int xp, float2 v) {
+        const uint32_t hi = k25_pack_bf16x2(v.x, v.y);
+        xs[m * XS + xp] = hi;
+        if (SPLIT) {
+            const uint32_t lo = k25_pack_bf16x2(v.x - k25_bf16_lo(hi), v.y - k25_bf16_hi(hi));
+            (packed ? xs + (m + 4) * XS : xl + m * XS)[xp] = lo;
+        }
+    };
+    load_next(kb0);
+
     // kb0 < kb1 (moe_plan makes no empty split): no loop guard, which let the expert id's load
     // sink past the guard, behind the wait for the item's slots (one more dependent load)
     int kc0 = kb0;
     do {
         const int nk = min(kb1 - kc0, KCB);
         const int pairs = nk * 16;
-        // The chunk's weight loads go out first, so their latency overlaps the staging of its
-        // activations. They are not refilled while the chunk is consumed: all weight loads share
-        // one scoreboard, and a refill still in flight made the next k-block wait for it (the
-        // compiler waits for all of them), i.e. one memory latency per chunk on top of the staging.
-        uint4 wbuf[W4_PF];
-        uint2 sbuf[W4_PF];
-        if (nt < NT) {
-#pragma unroll
-            for (int u = 0; u < W4_PF; u++)
-                if (u < nk) {
-                    wbuf[u] = __ldcs(wt + (size_t)(kc0 + u) * 32);
-                    sbuf[u] = __ldcs(st + (size_t)(kc0 + u) * 8);
-                }
-        }
         __syncthreads(); // the previous chunk's (or unit's) readers are done with xs
-        // Thread cp stages column pair cp of every slot (pairs <= 16 KCB = blockDim.x), the
-        // loads of SB slots in flight together: one L2 round trip per SB slots. SB is the
-        // largest batch that leaves the chunk's weight loads as one run of predicated loads
-        // from a base address in the SASS (~48 instructions); with twice the batch, ptxas put
-        // each load behind its own branch and address computation (~230 instructions), which
-        // cost decode +5 us per GEMM (kernels/NOTES.md). (One slot per iteration, its row
-        // looked up each time, made a prefill chunk of 11 slots a chain of 22 dependent loads:
-        // ~6x the weight bytes' time at 512 rows, kernels/NOTES.md.)
-        static_assert(16 * KCB <= W4_NW * 32, "one column pair per thread");
-        const int cp = threadIdx.x;
         if (cp < pairs) {
             const float *xc = X + (size_t)kc0 * 32 + 2 * cp;
             const int xp = w4_pair_slot(cp);
-            constexpr int SB = NTT <= 2 ? 2 : 4;
-            for (int m0 = 0; m0 < mp; m0 += SB) {
+#pragma unroll
+            for (int u = 0; u < SB; u++)
+                if (u < mp) store_x(u, xp, vn[u]);
+            for (int m0 = SB; m0 < mp; m0 += SB) {
                 float2 v[SB];
 #pragma unroll
                 for (int u = 0; u < SB; u++)
@@ -473,21 +524,33 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
 #pragma unroll
                 for (int u = 0; u < SB; u++) {
                     if (m0 + u >= mp) break;
-                    const uint32_t hi = k25_pack_bf16x2(v[u].x, v[u].y);
-                    xs[(m0 + u) * XS + xp] = hi;
-                    if (split)
-                        xl[(m0 + u) * XS + xp] =
-                            k25_pack_bf16x2(v[u].x - k25_bf16_lo(hi), v[u].y - k25_bf16_hi(hi));
+                    store_x(m0 + u, xp, v[u]);
                 }
             }
         }
         __syncthreads();
+        if (kc0 + KCB < kb1) load_next(kc0 + KCB);
         if (nt < NT) {
+            const int q = consumed % S;
+            k25_mbar_wait(&full[warp][q], (consumed / S) & 1);
+            const uint4 *rw = reinterpret_cast<const uint4 *>(ring + q * W4_STAGE_BYTES) + lane;
+            const uint2 *rs =
+                reinterpret_cast<const uint2 *>(ring + q * W4_STAGE_BYTES + W4_STAGE_W) + g;
+            // NJ n-tiles of 8 slots, with no guard inside the chunk: the k-blocks form one basic
+            // block, so the scheduler interleaves their dequantization and MMA chains (behind
+            // a guard per k-block, each chain's latency was paid in turn: ~3 warps per
+            // scheduler do not hide it). Slots past mp and k-blocks past nk compute on stale
+            // staging and ring bytes: an MMA's output column depends only on its own slot, and
+            // a partial chunk (!FULL) drops the k-blocks past nk by selection, not by product.
+            auto consume = [&](auto nj_tag, auto full_tag, auto lo_tag) {
+                constexpr int NJ = decltype(nj_tag)::value;
+                constexpr bool FULL = decltype(full_tag)::value;
+                constexpr bool LO = decltype(lo_tag)::value; // the lo halves in a tile of their own
 #pragma unroll
-            for (int u = 0; u < W4_PF; u++) {
-                if (u < nk) {
-                    const uint4 w = wbuf[u];
-                    const uint2 sc = sbuf[u];
+                for (int u = 0; u < KCB; u++) {
+                    const bool live = FULL || u < nk;
+                    const uint4 w = rw[u * 32];
+                    const uint2 sc = rs[u * 8];
                     uint32_t a[2][2][4];
                     dequant_word(w.x, a[0][0]);
                     dequant_word(w.y, a[0][1]);
@@ -497,39 +560,65 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
                                          k25_bf16_lo(sc.y), k25_bf16_hi(sc.y)};
                     const int pl2 = u * 16; // pair offset of this k-block in xs
 #pragma unroll
-                    for (int j = 0; j < NTT; j++) {
-                        if (j == 0 || j * 8 < mp) { // an item has at least one slot
-                            const uint4 xv = *reinterpret_cast<const uint4 *>(
-                                xs + (j * 8 + g) * XS + pl2 + 4 * c);
-                            const uint32_t b00 = xv.x, b01 = xv.y, b10 = xv.z, b11 = xv.w;
-                            uint32_t l00 = 0, l01 = 0, l10 = 0, l11 = 0;
-                            if (split) {
-                                const uint4 lv = *reinterpret_cast<const uint4 *>(
-                                    xl + (j * 8 + g) * XS + pl2 + 4 * c);
-                                l00 = lv.x, l01 = lv.y, l10 = lv.z, l11 = lv.w;
+                    for (int j = 0; j < NJ; j++) {
+                        const uint4 xv = *reinterpret_cast<const uint4 *>(
+                            xs + (j * 8 + g) * XS + pl2 + 4 * c);
+                        const uint32_t b00 = xv.x, b01 = xv.y, b10 = xv.z, b11 = xv.w;
+                        uint32_t l00 = 0, l01 = 0, l10 = 0, l11 = 0;
+                        if (LO) {
+                            const uint4 lv = *reinterpret_cast<const uint4 *>(
+                                xl + (j * 8 + g) * XS + pl2 + 4 * c);
+                            l00 = lv.x, l01 = lv.y, l10 = lv.z, l11 = lv.w;
+                        }
+#pragma unroll
+                        for (int s2 = 0; s2 < 2; s2++) {
+                            const float z[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                            float tmp[4];
+                            mma_bf16_16816(tmp, a[s2][0], b00, b01, z);
+                            mma_bf16_16816(tmp, a[s2][1], b10, b11, tmp);
+                            if (LO) {
+                                mma_bf16_16816(tmp, a[s2][0], l00, l01, tmp);
+                                mma_bf16_16816(tmp, a[s2][1], l10, l11, tmp);
                             }
 #pragma unroll
-                            for (int s2 = 0; s2 < 2; s2++) {
-                                const float z[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                                float tmp[4];
-                                mma_bf16_16816(tmp, a[s2][0], b00, b01, z);
-                                mma_bf16_16816(tmp, a[s2][1], b10, b11, tmp);
-                                if (split) {
-                                    mma_bf16_16816(tmp, a[s2][0], l00, l01, tmp);
-                                    mma_bf16_16816(tmp, a[s2][1], l10, l11, tmp);
-                                }
-                                acc[j][s2][0] += tmp[0] * sv[2 * s2];
-                                acc[j][s2][1] += tmp[1] * sv[2 * s2];
-                                acc[j][s2][2] += tmp[2] * sv[2 * s2 + 1];
-                                acc[j][s2][3] += tmp[3] * sv[2 * s2 + 1];
+                            for (int q = 0; q < 4; q++) {
+                                const float v = acc[j][s2][q] + tmp[q] * sv[2 * s2 + (q >> 1)];
+                                acc[j][s2][q] = live ? v : acc[j][s2][q];
                             }
                         }
                     }
                 }
+            };
+            // n-tiles holding the unit's slots (NTT = 4: 3 rounds up to 4)
+            const int nj = (mp + 7) >> 3;
+            using lo_t = std::integral_constant<bool, SPLIT>;
+            auto run = [&](auto full_tag) {
+                if (packed)
+                    consume(std::integral_constant<int, 1>(), full_tag, std::false_type());
+                else if (NTT == 1 || nj == 1)
+                    consume(std::integral_constant<int, 1>(), full_tag, lo_t());
+                else if (NTT == 2 || nj == 2)
+                    consume(std::integral_constant<int, NTT < 2 ? 1 : 2>(), full_tag, lo_t());
+                else
+                    consume(std::integral_constant<int, NTT>(), full_tag, lo_t());
+            };
+            if (nk == KCB) run(std::true_type());
+            else run(std::false_type());
+            consumed++;
+            if (kc0 + S * KCB < kb1) {
+                __syncwarp(); // every lane has read the stage
+                if (lane == 0) k25_fence_proxy_async();
+                issue(kc0 + S * KCB);
             }
         }
     } while ((kc0 += KCB) < kb1);
     if (nt < NT) {
+        if (packed) // column m + 4 holds slot m's lo product: lane c + 2 (lane ^ 2) has it
+#pragma unroll
+            for (int s2 = 0; s2 < 2; s2++)
+#pragma unroll
+                for (int q = 0; q < 4; q++)
+                    acc[0][s2][q] += __shfl_xor_sync(0xffffffffu, acc[0][s2][q], 2);
 #pragma unroll
         for (int j = 0; j < NTT; j++)
 #pragma unroll
@@ -537,7 +626,7 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
 #pragma unroll
                 for (int q = 0; q < 4; q++) {
                     int tok = j * 8 + 2 * c + (q & 1);
-                    if (tok >= mp) continue;
+                    if (tok >= mp) continue; // packed: lanes c >= 2 hold columns 4-7, tok >= 4
                     int rl = g + (q >= 2 ? 8 : 0); // row within the 16-row half
                     int n = gate_up ? (s2 == 0 ? nt * 16 + rl : I + nt * 16 + rl)
                                     : nt * 32 + s2 * 16 + rl;
@@ -585,16 +674,28 @@ int k25k_moe_max_items(int T, int top_k, int E) {
     return (A < E ? A : E) + (int)k25_cdiv(A, K25K_MOE_PASS);
 }
 
-// Resident blocks per SM of one instantiation (the persistent grid's size), asked once.
-template <int NTT> static int w4_blocks_per_sm(void) {
+// Resident blocks per SM of one instantiation (the persistent grid's size), asked once; the
+// first call also lets the kernel have its ring (more than the default dynamic shared memory
+// for some instantiations). No carveout preference: with cudaSharedmemCarveoutMaxShared set,
+// batch-1 decode lost 0.13 ms a token (61 layers), the same kernels with programmatic
+// dependent launch off did not (bench/NOTES.md): the SMs' L1 / shared-memory split then
+// differs from the kernels around it, and an SM is reconfigured only once it is empty.
+template <int NTT, bool SPLIT> static int w4_blocks_per_sm(void) {
     static int v = 0;
     if (!v) {
         int b = 0;
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, w4a16_grouped_kernel<NTT>,
-                                                                 W4_NW * 32, 0));
+        CUDA_CHECK(cudaFuncSetAttribute(w4a16_grouped_kernel<NTT, SPLIT>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, W4_RING_BYTES));
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &b, w4a16_grouped_kernel<NTT, SPLIT>, W4_NW * 32, W4_RING_BYTES));
         v = b > 0 ? b : 1;
     }
     return v;
+}
+
+template <int NTT> static int w4_blocks_per_sm(void) {
+    return k25k_split_activations() ? w4_blocks_per_sm<NTT, true>()
+                                    : w4_blocks_per_sm<NTT, false>();
 }
 
 // The instantiation follows T: an expert holds at most T slots (a token chooses it once).
@@ -620,14 +721,16 @@ size_t k25k_moe_part_floats(int N, int K, int A, int num_sms) {
 template <int NTT>
 static void w4_launch(const uint4 *w4, const uint2 *s2, size_t w_stride, size_t s_stride, int N,
                       int K, int gate_up, const float *X, int x_ld, const int *row_index,
-                      const k25k_moe_route *r, int A, int max_units, int num_sms, int split,
+                      const k25k_moe_route *r, int A, int max_units, int num_sms,
                       float *part, float *h, cudaStream_t s) {
     int64_t grid = (int64_t)w4_blocks_per_sm<NTT>() * (num_sms > 0 ? num_sms : 1); // w4_resident
     if (grid > max_units) grid = max_units;
     if (grid < 1) grid = 1;
-    k25_launch("w4a16_grouped", w4a16_grouped_kernel<NTT>, (unsigned)grid, W4_NW * 32, 0, s, w4,
-               s2, w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, *r, gate_up ? 0 : 2,
-               part, A, split, gate_up ? h : NULL);
+    auto *kernel = k25k_split_activations() ? w4a16_grouped_kernel<NTT, true>
+                                            : w4a16_grouped_kernel<NTT, false>;
+    k25_launch("w4a16_grouped", kernel, (unsigned)grid, W4_NW * 32, W4_RING_BYTES, s, w4, s2,
+               w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, *r, gate_up ? 0 : 2, part,
+               A, gate_up ? h : NULL);
 }
 
 void k25k_moe_w4a16_gemm(const uint32_t *Wt, const uint16_t *St, int E, int N, int K,
@@ -642,18 +745,17 @@ void k25k_moe_w4a16_gemm(const uint32_t *Wt, const uint16_t *St, int E, int N, i
     // units = items x rbs x n_splits <= target + items x rbs (moe_plan): no more blocks
     int64_t mu = (int64_t)w4_resident(T, num_sms) + rbs * k25k_moe_max_items(T, top_k, E);
     const int max_units = (int)(mu < (1 << 30) ? mu : (1 << 30));
-    const int split = k25k_split_activations();
     const uint4 *w4 = reinterpret_cast<const uint4 *>(Wt);
     const uint2 *s2 = reinterpret_cast<const uint2 *>(St);
     if (T <= 8) // as in w4_resident
         w4_launch<1>(w4, s2, w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, r, A,
-                     max_units, num_sms, split, part, h, s);
+                     max_units, num_sms, part, h, s);
     else if (T <= 16)
         w4_launch<2>(w4, s2, w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, r, A,
-                     max_units, num_sms, split, part, h, s);
+                     max_units, num_sms, part, h, s);
     else
         w4_launch<4>(w4, s2, w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, r, A,
-                     max_units, num_sms, split, part, h, s);
+                     max_units, num_sms, part, h, s);
 }
 
 // ------------------------------------------------------------------------------------------

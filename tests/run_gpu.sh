@@ -63,6 +63,9 @@ if [ -x "$OPS" ]; then
     check ops_group_tp2_r0 300 "$OPS" --config config/tiny_group.ini --tp 2 --rank 0 --rows 1,9,40
     check ops_kimi_tp8_r3 600 "$OPS" --config config/kimi_k25.ini --tp 8 --rank 3 \
         --set model.num_hidden_layers=2 --rows 1,5,16,67 --ctx 600
+    # the grouped W4A16 GEMM is compiled apart for bf16 activations (no hi/lo split)
+    check ops_kimi_tp8_moe_bf16act 300 env K25_BF16_ACTIVATIONS=1 "$OPS" --config config/kimi_k25.ini \
+        --tp 8 --rank 3 --set model.num_hidden_layers=2 --rows 1,5,16,67 --ctx 600 --only moe
     check ops_mla_f32cache 300 env K25_KV_F32=1 "$OPS" --config config/kimi_k25.ini --tp 8 --rank 0 \
         --set model.num_hidden_layers=2 --rows 1 --ctx 400 --only mla
     check ops_mla_64heads 300 "$OPS" --config config/kimi_k25.ini --tp 1 \
