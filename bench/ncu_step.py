@@ -74,10 +74,11 @@ def read(path):
     return rows
 
 
-def steps(rows):
+def steps(path, rows):
     starts = [i for i, r in enumerate(rows) if short(r[0]).startswith("embed_kernel")]
     if not starts:
-        sys.exit("no embedding kernel found: not a k25dec step")
+        sys.exit(f"{path}: no embedding kernel among its {len(rows)} kernels, so no step starts "
+                 "there (a window still in the weight upload? raise ncu's --launch-skip)")
     return [rows[a:b] for a, b in zip(starts, starts[1:] + [len(rows)])]
 
 
@@ -87,7 +88,10 @@ def main():
     ap.add_argument("--step", type=int, default=-1, help="which step (python index, default last)")
     ap.add_argument("--markdown", action="store_true", help="markdown tables")
     a = ap.parse_args()
-    all_steps = steps(read(a.csv))
+    all_steps = steps(a.csv, read(a.csv))
+    if not -len(all_steps) <= a.step < len(all_steps):
+        sys.exit(f"{a.csv}: --step {a.step}: the file holds {len(all_steps)} step(s) "
+                 f"(0..{len(all_steps) - 1}, or -1..-{len(all_steps)})")
     step = all_steps[a.step]
     md = a.markdown
     if md:
