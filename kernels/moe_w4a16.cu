@@ -383,8 +383,9 @@ __device__ __forceinline__ void gate_up_tail(const float *__restrict__ part,
 //      to 0), summed in fixed split order, so the result does not depend on which unit is last.
 // NTT: MMA n-tiles of 8 tokens kept in registers (1 when no expert can have more than 8 slots).
 // SPLIT: activations as two bf16 operands, hi = bf16(x) and lo = bf16(x - hi), each multiplied
-// by the exact INT4 weights (twice the MMAs, about f32 accuracy); otherwise hi only. A template
-// argument: as a run-time flag it put a branch in every k-block (see the consume).
+// by the exact INT4 weights (about f32 accuracy; twice the MMAs, except for units of up to 4
+// slots, whose hi and lo share one n-tile); otherwise hi only. A template argument: as a
+// run-time flag it put a branch in every k-block (see the consume).
 // Registers: at most 128 for NTT <= 2 (4 blocks per SM), 168 for NTT = 4 (3 per SM); the few
 // spills (16-100 bytes) are loop-invariant addresses, outside the chunk loop.
 // Shared memory: the staging tiles plus the warps' rings (W4_RING_BYTES, dynamic).
