@@ -255,8 +255,10 @@ void k25k_w4_repack(const uint32_t *wa, const uint32_t *wb, const uint16_t *sa,
 // shared memory, filled by bulk copies: chunk c + 1 is in flight while chunk c is consumed, and
 // no warp waits for another's bytes.
 #define W4_STAGES 2
-#define W4_STAGE_W (W4_KCB * 512) // bytes of weights per chunk (512 per 32 x 32 k-block)
-#define W4_STAGE_BYTES (W4_STAGE_W + W4_KCB * 64)
+#define W4_KB_W 512 // bytes of one 32 x 32 tile's weights (k-block)
+#define W4_KB_S 64  // bytes of its scales
+#define W4_STAGE_W (W4_KCB * W4_KB_W) // a stage: the chunk's weights, then its scales
+#define W4_STAGE_BYTES (W4_KCB * (W4_KB_W + W4_KB_S))
 #define W4_RING_BYTES (W4_NW * W4_STAGES * W4_STAGE_BYTES)
 
 __device__ __forceinline__ void mma_bf16_16816(float d[4], const uint32_t a[4], uint32_t b0,
@@ -445,9 +447,10 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
         const int nk = min(kb1 - kc, KCB), q = issued % S;
         if (lane == 0) {
             uint8_t *dst = ring + q * W4_STAGE_BYTES;
-            k25_mbar_expect_tx(&full[warp][q], nk * 576);
-            k25_bulk_g2s(dst, wt + (size_t)kc * 32, nk * 512, &full[warp][q], policy);
-            k25_bulk_g2s(dst + W4_STAGE_W, st + (size_t)kc * 8, nk * 64, &full[warp][q], policy);
+            k25_mbar_expect_tx(&full[warp][q], nk * (W4_KB_W + W4_KB_S));
+            k25_bulk_g2s(dst, wt + (size_t)kc * 32, nk * W4_KB_W, &full[warp][q], policy);
+            k25_bulk_g2s(dst + W4_STAGE_W, st + (size_t)kc * 8, nk * W4_KB_S, &full[warp][q],
+                         policy);
         }
         issued++;
     };
