@@ -2,7 +2,8 @@
 // per-rank shapes (TP1, TP2, TP8): every projection (q_a, q_b, kv_a, kv_b, o_proj, shared expert
 // gate/up and down, dense MLP gate/up and down, router, lm_head slice) for T = 1, 2, 4, 8, 16
 // rows, through the GEMV tile kernel (k25k_gemv_bf16) and through cuBLASLt with split
-// activations (k25k_matmul_lt, two bf16 products), next to the byte floor (weight bytes at the
+// activations (k25k_matmul_lt: hi and lo as one GEMM of 2T rows, then their sum), next to the
+// byte floor (weight bytes at the
 // device-to-device copy bandwidth measured in the same run). Weights rotate through more than
 // 1 GB of copies so that every timed call reads them from HBM; times are medians of CUDA-graph
 // replays. Before timing, each shape's GEMV is checked against a float64 host reference (three
@@ -270,10 +271,13 @@ int main(int argc, char **argv) {
     int sms;
     const double copy_gbs = bench_start_single_gpu(argc, argv, &s, &sms);
     printf("# BF16 projections y[T][N] = x[T][K] W^T (x f32, W bf16): GEMV tile kernel vs "
-           "cuBLASLt (split activations: two bf16 products); bytes = N K 2; floor = bytes at the "
-           "copy bandwidth; weights rotated through > 1 GB\n");
+           "cuBLASLt (split activations: hi and lo stacked as one GEMM of 2T rows up to %d rows, "
+           "then their sum); bytes = N K 2; floor = bytes at the copy bandwidth; weights rotated "
+           "through > 1 GB\n", K25K_LT_ONE_PASS_T);
     k25k_blas *blas = k25k_blas_create((size_t)32 << 20);
     k25k_blas_reserve(blas, (size_t)2 * TMAX * 18432);
+    // hi and lo as one GEMM of 2T rows where it applies (T <= K25K_LT_ONE_PASS_T), as the backend
+    if (k25k_split_activations()) k25k_blas_reserve_products(blas, (size_t)2 * TMAX * 163840);
     float *x, *y, *y1, *y2;
     CUDA_CHECK(cudaMalloc(&x, sizeof(float) * TMAX * 18432));
     CUDA_CHECK(cudaMalloc(&y, sizeof(float) * TMAX * 163840));

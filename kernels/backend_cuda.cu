@@ -451,6 +451,20 @@ static void ensure_workspaces(cuda_impl *c, const k25_config *cfg, int rows) {
         if ((size_t)ks[i] > Kmax) Kmax = ks[i];
     k25k_blas_reserve(c->blas, Kmax * R * 2); // hi and lo halves
     k25k_blas_reserve(c->blas_routed, (size_t)D * R * 2);
+    // products of the stacked halves (up to K25K_LT_ONE_PASS_T rows): the widest N of the
+    // layers' projections and of MLA's per-head GEMMs (all heads); the lm_head is wider and
+    // keeps the two products
+    size_t Nmax = (size_t)D;
+    int ns[] = {cfg->q_lora_rank, L + cfg->qk_rope_dim, H * (cfg->qk_nope_dim + cfg->qk_rope_dim),
+                cfg->dense_inter / tp, cfg->n_shared * cfg->moe_inter / tp, E, H * L,
+                H * cfg->v_head_dim};
+    for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
+        if ((size_t)ns[i] > Nmax) Nmax = ns[i];
+    if (k25k_split_activations()) {
+        const size_t r2 = 2 * (size_t)(R < K25K_LT_ONE_PASS_T ? R : K25K_LT_ONE_PASS_T);
+        k25k_blas_reserve_products(c->blas, r2 * Nmax);
+        k25k_blas_reserve_products(c->blas_routed, r2 * E); // the router (its own buffers)
+    }
 
     dev_free(c, c->ws_mla);
     size_t mla = 0;

@@ -14,6 +14,8 @@ void k25k_add_rmsnorm(float *h, const float *d, const uint16_t *w, float eps, in
                       float *out, cudaStream_t s);
 void k25k_silu_mul(const float *gate, const float *up, size_t n, float *out, cudaStream_t s);
 void k25k_add(float *y, const float *x, size_t n, cudaStream_t s);
+// out = a + b (out may be a or b)
+void k25k_sum2(float *out, const float *a, const float *b, size_t n, cudaStream_t s);
 void k25k_f32_to_bf16(const float *x, size_t n, uint16_t *y, cudaStream_t s);
 // hi[i] = bf16(x[i]), lo[i] = bf16(x[i] - hi[i])
 void k25k_f32_to_bf16_split(const float *x, size_t n, uint16_t *hi, uint16_t *lo, cudaStream_t s);
@@ -30,6 +32,14 @@ void k25k_blas_destroy(k25k_blas *b);
 // Grows the bf16 activation workspace to elems (outside graph capture only).
 void k25k_blas_reserve(k25k_blas *b, size_t elems);
 size_t k25k_blas_capacity(const k25k_blas *b);
+// Split activations up to K25K_LT_ONE_PASS_T rows: hi and lo are stacked as 2T rows of one
+// GEMM (the weights read once, not twice; at these sizes the GEMM is bound by the weight bytes)
+// into an f32 products workspace [2T][N], and one kernel adds the halves. Grows the workspace
+// to floats (outside graph capture only); k25k_blas_products returns it when it holds floats,
+// else NULL (then the two products run as before, the second accumulating into the first).
+#define K25K_LT_ONE_PASS_T 64
+void k25k_blas_reserve_products(k25k_blas *b, size_t floats);
+float *k25k_blas_products(const k25k_blas *b, size_t floats);
 // f32 activations and accumulation; y[t][n] is bit-identical for every T (the K-slice plan
 // depends on N and K only).
 void k25k_gemv_bf16(const float *x, const uint16_t *W, int T, int N, int K, float *y,

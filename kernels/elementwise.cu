@@ -311,6 +311,15 @@ __global__ void add_kernel(float *__restrict__ y, const float *__restrict__ x, s
         y[i] += x[i];
 }
 
+__global__ void sum2_kernel(float *__restrict__ out, const float *__restrict__ a,
+                            const float *__restrict__ b, size_t n) {
+    k25_pdl_trigger();
+    k25_pdl_wait();
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = a[i] + b[i];
+}
+
 __global__ void f32_to_bf16_kernel(const float *__restrict__ x, size_t n,
                                    uint16_t *__restrict__ y) {
     k25_pdl_trigger();
@@ -345,6 +354,11 @@ void k25k_silu_mul(const float *gate, const float *up, size_t n, float *out, cud
 void k25k_add(float *y, const float *x, size_t n, cudaStream_t s) {
     if (!n) return;
     k25_launch("add", add_kernel, grid_for(n), 256, 0, s, y, x, n);
+}
+
+void k25k_sum2(float *out, const float *a, const float *b, size_t n, cudaStream_t s) {
+    if (!n) return;
+    k25_launch("sum2", sum2_kernel, grid_for(n), 256, 0, s, out, a, b, n);
 }
 
 void k25k_f32_to_bf16(const float *x, size_t n, uint16_t *y, cudaStream_t s) {

@@ -435,6 +435,8 @@ struct k25k_blas {
     size_t ws_bytes;
     uint16_t *xb;       // bf16 copy of the activations
     size_t xb_cap;      // elements
+    float *ys;          // products of stacked hi / lo activations, k25k_blas_products
+    size_t ys_cap;      // floats
     lt_plan plans[LT_PLANS];
     int n_plans, next_evict;
     int gemv_max_t;     // GEMV for T <= this
@@ -482,6 +484,7 @@ void k25k_blas_destroy(k25k_blas *b) {
     cublasLtDestroy(b->lt);
     cudaFree(b->workspace);
     cudaFree(b->xb);
+    cudaFree(b->ys);
     free(b);
 }
 
@@ -495,6 +498,19 @@ void k25k_blas_reserve(k25k_blas *b, size_t elems) {
 }
 
 size_t k25k_blas_capacity(const k25k_blas *b) { return b->xb_cap; }
+
+void k25k_blas_reserve_products(k25k_blas *b, size_t floats) {
+    if (floats <= b->ys_cap) return;
+    // as k25k_blas_reserve: the caller drops graphs that hold the old buffer first
+    CUDA_CHECK(cudaDeviceSynchronize());
+    if (b->ys) CUDA_CHECK(cudaFree(b->ys));
+    CUDA_CHECK(cudaMalloc(&b->ys, floats * sizeof(float)));
+    b->ys_cap = floats;
+}
+
+float *k25k_blas_products(const k25k_blas *b, size_t floats) {
+    return floats <= b->ys_cap ? b->ys : NULL;
+}
 
 int k25k_blas_gemv_max_t(const k25k_blas *b) { return b->gemv_max_t; }
 
@@ -568,9 +584,19 @@ static int lt_stage(k25k_blas *b, const float *x, int T, int K, cudaStream_t s) 
     return split;
 }
 
-// y = x W^T from the staged activations: y = W hi (+ W lo, the second product accumulating).
+// y = x W^T from the staged activations: y = W hi (+ W lo). The staging puts lo right after
+// hi, so [hi; lo] is one 2T-row operand: up to K25K_LT_ONE_PASS_T rows one GEMM reads the
+// weights once and sum2 adds the halves (the same sum as the second product accumulating
+// into the first, lo + hi); above, two GEMMs.
 static void lt_products(k25k_blas *b, int split, const uint16_t *W, int T, int N, int K,
                         float *y, cudaStream_t s) {
+    float *y2 = split && T <= K25K_LT_ONE_PASS_T ? k25k_blas_products(b, (size_t)2 * T * N)
+                                                 : NULL;
+    if (y2) {
+        lt_gemm(b, b->xb, W, 2 * T, N, K, y2, 0.0f, s);
+        k25k_sum2(y, y2, y2 + (size_t)T * N, (size_t)T * N, s);
+        return;
+    }
     lt_gemm(b, b->xb, W, T, N, K, y, 0.0f, s);
     if (split) lt_gemm(b, b->xb + (size_t)T * K, W, T, N, K, y, 1.0f, s);
 }

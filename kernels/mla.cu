@@ -757,6 +757,18 @@ static void mla_gemm(k25k_blas *blas, int w_nk, int T, int H, int N, int K, cons
     uint16_t *hi = stage, *lo = split ? stage + mla_half_elems(n) : nullptr;
     mla_split(x, T * H, K, x_ld, hi, lo, s);
     const int64_t ldx = (int64_t)H * K, ldy = (int64_t)H * N;
+    // lo directly after hi (n a whole number of the halves' 128-element alignment): [hi; lo]
+    // is one 2T-row operand per head, one GEMM into the products workspace and one sum, as
+    // matmul.cu's lt_products does
+    float *y2 = lo && lo == hi + n && T <= K25K_LT_ONE_PASS_T
+                    ? k25k_blas_products(blas, (size_t)2 * T * H * N)
+                    : nullptr;
+    if (y2) {
+        k25k_gemm_bf16_strided(blas, w_nk, 2 * T, N, K, H, hi, ldx, K, w, w_nk ? K : N, w_stride,
+                               y2, ldy, N, 0.0f, s);
+        k25k_sum2(y, y2, y2 + (size_t)T * H * N, (size_t)T * H * N, s);
+        return;
+    }
     k25k_gemm_bf16_strided(blas, w_nk, T, N, K, H, hi, ldx, K, w, w_nk ? K : N, w_stride, y, ldy,
                            N, 0.0f, s);
     if (lo)
