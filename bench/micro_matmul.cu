@@ -273,10 +273,11 @@ int main(int argc, char **argv) {
     printf("# BF16 projections y[T][N] = x[T][K] W^T (x f32, W bf16): GEMV tile kernel vs "
            "cuBLASLt (split activations: hi and lo stacked as one GEMM of 2T rows up to %d rows, "
            "then their sum); bytes = N K 2; floor = bytes at the copy bandwidth; weights rotated "
-           "through > 1 GB\n", K25K_LT_ONE_PASS_T);
+           "through > 1 GB\n", k25k_lt_one_pass_rows());
     k25k_blas *blas = k25k_blas_create((size_t)32 << 20);
     k25k_blas_reserve(blas, (size_t)2 * TMAX * 18432);
-    // hi and lo as one GEMM of 2T rows where it applies (T <= K25K_LT_ONE_PASS_T), as the backend
+    // hi and lo as one GEMM of 2T rows where it applies (T <= k25k_lt_one_pass_rows()), as the
+    // backend
     if (k25k_split_activations()) k25k_blas_reserve_products(blas, (size_t)2 * TMAX * 163840);
     float *x, *y, *y1, *y2;
     CUDA_CHECK(cudaMalloc(&x, sizeof(float) * TMAX * 18432));

@@ -451,7 +451,7 @@ static void ensure_workspaces(cuda_impl *c, const k25_config *cfg, int rows) {
         if ((size_t)ks[i] > Kmax) Kmax = ks[i];
     k25k_blas_reserve(c->blas, Kmax * R * 2); // hi and lo halves
     k25k_blas_reserve(c->blas_routed, (size_t)D * R * 2);
-    // products of the stacked halves (up to K25K_LT_ONE_PASS_T rows): the widest N of the
+    // products of the stacked halves (up to k25k_lt_one_pass_rows()): the widest N of the
     // layers' projections and of MLA's per-head GEMMs (all heads); the lm_head is wider and
     // keeps the two products
     size_t Nmax = (size_t)D;
@@ -461,7 +461,8 @@ static void ensure_workspaces(cuda_impl *c, const k25_config *cfg, int rows) {
     for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
         if ((size_t)ns[i] > Nmax) Nmax = ns[i];
     if (k25k_split_activations()) {
-        const size_t r2 = 2 * (size_t)(R < K25K_LT_ONE_PASS_T ? R : K25K_LT_ONE_PASS_T);
+        const int one = k25k_lt_one_pass_rows();
+        const size_t r2 = 2 * (size_t)(R < one ? R : one);
         k25k_blas_reserve_products(c->blas, r2 * Nmax);
         k25k_blas_reserve_products(c->blas_routed, r2 * E); // the router (its own buffers)
     }
@@ -483,7 +484,7 @@ static void ensure_workspaces(cuda_impl *c, const k25_config *cfg, int rows) {
         dev_free(c, c->ws_route);
         const int MI = k25k_moe_max_items(R, top_k, E);
         const size_t n_done = (size_t)MI * k25k_moe_row_blocks(2 * I);
-        size_t ints = (size_t)E + (E + 1) + E + 1 + A + A + 2 * (size_t)MI + 1 + 4 + n_done;
+        size_t ints = (size_t)E + (E + 1) + E + 1 + A + A + 2 * (size_t)MI + 1 + 4 + n_done + 2;
         c->ws_route = (int *)dev_alloc(c, sizeof(int) * ints, "routing");
         int *p = c->ws_route;
         c->route.counts = p, p += E;
@@ -497,7 +498,8 @@ static void ensure_workspaces(cuda_impl *c, const k25_config *cfg, int rows) {
         c->route.n_items = p, p += 1;
         c->route.plan = p, p += 4;
         c->route.tile_done = p, p += n_done;
-        CUDA_CHECK(cudaMemsetAsync(c->route.tile_done, 0, sizeof(int) * n_done, c->stream));
+        c->route.unit_next = p, p += 2;
+        CUDA_CHECK(cudaMemsetAsync(c->route.tile_done, 0, sizeof(int) * (n_done + 2), c->stream));
         c->route.err = c->d_err + 3;
         // split plans depend on the routing (chosen on the device): the worst over T <= R
         size_t p1 = 0, p2 = 0;

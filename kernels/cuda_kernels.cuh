@@ -32,12 +32,14 @@ void k25k_blas_destroy(k25k_blas *b);
 // Grows the bf16 activation workspace to elems (outside graph capture only).
 void k25k_blas_reserve(k25k_blas *b, size_t elems);
 size_t k25k_blas_capacity(const k25k_blas *b);
-// Split activations up to K25K_LT_ONE_PASS_T rows: hi and lo are stacked as 2T rows of one
-// GEMM (the weights read once, not twice; at these sizes the GEMM is bound by the weight bytes)
-// into an f32 products workspace [2T][N], and one kernel adds the halves. Grows the workspace
-// to floats (outside graph capture only); k25k_blas_products returns it when it holds floats,
-// else NULL (then the two products run as before, the second accumulating into the first).
-#define K25K_LT_ONE_PASS_T 64
+// Split activations up to k25k_lt_one_pass_rows() rows (K25_LT_ONE_PASS_T, default
+// K25K_LT_ONE_PASS_T_DEFAULT): hi and lo are stacked as 2T rows of one GEMM (the weights read
+// once, not twice) into an f32 products workspace [2T][N], and one kernel adds the halves.
+// Grows the workspace to floats (outside graph capture only); k25k_blas_products returns it
+// when it holds floats, else NULL (then the two products run as before, the second accumulating
+// into the first).
+#define K25K_LT_ONE_PASS_T_DEFAULT 256
+int k25k_lt_one_pass_rows(void);
 void k25k_blas_reserve_products(k25k_blas *b, size_t floats);
 float *k25k_blas_products(const k25k_blas *b, size_t floats);
 // f32 activations and accumulation; y[t][n] is bit-identical for every T (the K-slice plan
@@ -92,6 +94,9 @@ typedef struct k25k_moe_route {
     // finished splits per (item, gate+up row-block) of the fused SiLU*up reduction; zero before
     // the first call (each count returns to 0 when its last split finishes)
     int *tile_done; // [k25k_moe_max_items x k25k_moe_row_blocks(2I)]
+    // unit tickets of the gate+up [0] and down [1] GEMMs; zero before the first call (each
+    // launch returns its counter to 0)
+    int *unit_next; // [2]
 } k25k_moe_route;
 #define K25K_MOE_PASS 32
 // Most work items a step of T rows can produce: min(E, A) + ceil(A / K25K_MOE_PASS).

@@ -514,6 +514,15 @@ float *k25k_blas_products(const k25k_blas *b, size_t floats) {
 
 int k25k_blas_gemv_max_t(const k25k_blas *b) { return b->gemv_max_t; }
 
+int k25k_lt_one_pass_rows(void) {
+    static int rows = -1;
+    if (rows < 0) {
+        const char *e = getenv("K25_LT_ONE_PASS_T");
+        rows = e && *e ? atoi(e) : K25K_LT_ONE_PASS_T_DEFAULT;
+    }
+    return rows;
+}
+
 // Index of the cache entry a new plan goes to: the next unused one, else the oldest (round
 // robin); the caller releases what it held.
 static int lt_slot(int *n, int *next_evict, int cap) {
@@ -585,13 +594,13 @@ static int lt_stage(k25k_blas *b, const float *x, int T, int K, cudaStream_t s) 
 }
 
 // y = x W^T from the staged activations: y = W hi (+ W lo). The staging puts lo right after
-// hi, so [hi; lo] is one 2T-row operand: up to K25K_LT_ONE_PASS_T rows one GEMM reads the
+// hi, so [hi; lo] is one 2T-row operand: up to k25k_lt_one_pass_rows() one GEMM reads the
 // weights once and sum2 adds the halves (the same sum as the second product accumulating
 // into the first, lo + hi); above, two GEMMs.
 static void lt_products(k25k_blas *b, int split, const uint16_t *W, int T, int N, int K,
                         float *y, cudaStream_t s) {
-    float *y2 = split && T <= K25K_LT_ONE_PASS_T ? k25k_blas_products(b, (size_t)2 * T * N)
-                                                 : NULL;
+    float *y2 =
+        split && T <= k25k_lt_one_pass_rows() ? k25k_blas_products(b, (size_t)2 * T * N) : NULL;
     if (y2) {
         lt_gemm(b, b->xb, W, 2 * T, N, K, y2, 0.0f, s);
         k25k_sum2(y, y2, y2 + (size_t)T * N, (size_t)T * N, s);
