@@ -488,24 +488,24 @@ void k25k_blas_destroy(k25k_blas *b) {
     free(b);
 }
 
-void k25k_blas_reserve(k25k_blas *b, size_t elems) {
-    if (elems <= b->xb_cap) return;
-    // Captured graphs may hold the old buffer: the caller drops them before growing.
+// Grows a workspace *buf of *cap elements to n. Captured graphs may hold the old buffer: the
+// caller drops them before growing.
+static void blas_grow(void **buf, size_t *cap, size_t n, size_t elem_bytes) {
+    if (n <= *cap) return;
     CUDA_CHECK(cudaDeviceSynchronize());
-    if (b->xb) CUDA_CHECK(cudaFree(b->xb));
-    CUDA_CHECK(cudaMalloc(&b->xb, elems * sizeof(uint16_t)));
-    b->xb_cap = elems;
+    if (*buf) CUDA_CHECK(cudaFree(*buf));
+    CUDA_CHECK(cudaMalloc(buf, n * elem_bytes));
+    *cap = n;
+}
+
+void k25k_blas_reserve(k25k_blas *b, size_t elems) {
+    blas_grow(reinterpret_cast<void **>(&b->xb), &b->xb_cap, elems, sizeof(uint16_t));
 }
 
 size_t k25k_blas_capacity(const k25k_blas *b) { return b->xb_cap; }
 
 void k25k_blas_reserve_products(k25k_blas *b, size_t floats) {
-    if (floats <= b->ys_cap) return;
-    // as k25k_blas_reserve: the caller drops graphs that hold the old buffer first
-    CUDA_CHECK(cudaDeviceSynchronize());
-    if (b->ys) CUDA_CHECK(cudaFree(b->ys));
-    CUDA_CHECK(cudaMalloc(&b->ys, floats * sizeof(float)));
-    b->ys_cap = floats;
+    blas_grow(reinterpret_cast<void **>(&b->ys), &b->ys_cap, floats, sizeof(float));
 }
 
 float *k25k_blas_products(const k25k_blas *b, size_t floats) {
