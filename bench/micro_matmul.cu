@@ -3,12 +3,12 @@
 // gate/up and down, dense MLP gate/up and down, router, lm_head slice) for T = 1, 2, 4, 8, 16
 // rows, through the GEMV tile kernel (k25k_gemv_bf16) and through cuBLASLt with split
 // activations (k25k_matmul_lt: hi and lo as one GEMM of 2T rows, then their sum), next to the
-// byte floor (weight bytes at the
-// device-to-device copy bandwidth measured in the same run). Weights rotate through more than
-// 1 GB of copies so that every timed call reads them from HBM; times are medians of CUDA-graph
-// replays. Before timing, each shape's GEMV is checked against a float64 host reference (three
-// weight rows, every activation row) and for bit-identical rows across T (row t of a T-row call
-// against a one-row call on activation row t).
+// byte floor (weight bytes at the device-to-device copy bandwidth measured in the same run).
+// Weights rotate through more than 1 GB of copies so that every timed call reads them from
+// HBM; times are medians of CUDA-graph replays. Before timing, each shape's GEMV is checked
+// against a float64 host reference (three weight rows, every activation row) and for
+// bit-identical rows across T (row t of a T-row call against a one-row call on activation
+// row t).
 //
 // Then the pairs that src/model.c runs through matmul2 (q_a + kv_a; shared-expert gate + up at
 // TP8/TP2/TP1; dense gate + up at TP8) for T = 1, 4, 8: one pair launch (k25k_gemv2_bf16) against

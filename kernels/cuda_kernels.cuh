@@ -35,13 +35,14 @@ size_t k25k_blas_capacity(const k25k_blas *b);
 // Split activations up to k25k_lt_one_pass_rows() rows (K25_LT_ONE_PASS_T, default
 // K25K_LT_ONE_PASS_T_DEFAULT): hi and lo are stacked as 2T rows of one GEMM (the weights read
 // once, not twice) into an f32 products workspace [2T][N], and one kernel adds the halves.
-// Grows the workspace to floats (outside graph capture only); k25k_blas_products returns it
-// when it holds floats, else NULL (then the two products run as before, the second accumulating
-// into the first).
+// k25k_blas_reserve_products grows the workspace to floats (outside graph capture only);
+// k25k_blas_products returns it for T rows of row_floats products each when T is within the
+// one-pass rows and it holds [2T][row_floats], else NULL (then the two products run as before,
+// the second accumulating into the first).
 #define K25K_LT_ONE_PASS_T_DEFAULT 256
 int k25k_lt_one_pass_rows(void);
 void k25k_blas_reserve_products(k25k_blas *b, size_t floats);
-float *k25k_blas_products(const k25k_blas *b, size_t floats);
+float *k25k_blas_products(const k25k_blas *b, int T, size_t row_floats);
 // f32 activations and accumulation; y[t][n] is bit-identical for every T (the K-slice plan
 // depends on N and K only).
 void k25k_gemv_bf16(const float *x, const uint16_t *W, int T, int N, int K, float *y,

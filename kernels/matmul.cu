@@ -508,8 +508,9 @@ void k25k_blas_reserve_products(k25k_blas *b, size_t floats) {
     blas_grow(reinterpret_cast<void **>(&b->ys), &b->ys_cap, floats, sizeof(float));
 }
 
-float *k25k_blas_products(const k25k_blas *b, size_t floats) {
-    return floats <= b->ys_cap ? b->ys : NULL;
+float *k25k_blas_products(const k25k_blas *b, int T, size_t row_floats) {
+    const size_t floats = (size_t)2 * T * row_floats;
+    return T <= k25k_lt_one_pass_rows() && floats <= b->ys_cap ? b->ys : NULL;
 }
 
 int k25k_blas_gemv_max_t(const k25k_blas *b) { return b->gemv_max_t; }
@@ -599,8 +600,7 @@ static int lt_stage(k25k_blas *b, const float *x, int T, int K, cudaStream_t s) 
 // into the first, lo + hi); above, two GEMMs.
 static void lt_products(k25k_blas *b, int split, const uint16_t *W, int T, int N, int K,
                         float *y, cudaStream_t s) {
-    float *y2 =
-        split && T <= k25k_lt_one_pass_rows() ? k25k_blas_products(b, (size_t)2 * T * N) : NULL;
+    float *y2 = split ? k25k_blas_products(b, T, (size_t)N) : NULL;
     if (y2) {
         lt_gemm(b, b->xb, W, 2 * T, N, K, y2, 0.0f, s);
         k25k_sum2(y, y2, y2 + (size_t)T * N, (size_t)T * N, s);

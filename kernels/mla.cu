@@ -760,9 +760,7 @@ static void mla_gemm(k25k_blas *blas, int w_nk, int T, int H, int N, int K, cons
     // lo directly after hi (n a whole number of the halves' 128-element alignment): [hi; lo]
     // is one 2T-row operand per head, one GEMM into the products workspace and one sum, as
     // matmul.cu's lt_products does
-    float *y2 = lo && lo == hi + n && T <= k25k_lt_one_pass_rows()
-                    ? k25k_blas_products(blas, (size_t)2 * T * H * N)
-                    : nullptr;
+    float *y2 = lo && lo == hi + n ? k25k_blas_products(blas, T, (size_t)H * N) : nullptr;
     if (y2) {
         k25k_gemm_bf16_strided(blas, w_nk, 2 * T, N, K, H, hi, ldx, K, w, w_nk ? K : N, w_stride,
                                y2, ldy, N, 0.0f, s);

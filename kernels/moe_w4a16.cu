@@ -459,10 +459,13 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
     const uint4 *wt = Wt + (size_t)e * w_stride + (size_t)nt * KB * 32;
     const uint2 *st = St + (size_t)e * s_stride + (size_t)nt * KB * 8;
     // chunk kc's k-blocks into the next stage of the ring (one lane copies; the count is the
-    // warp's)
+    // warp's). The stage was last read a ring ago, in this unit or the previous one: every
+    // lane's reads are ordered before the copy's writes first.
     auto issue = [&](int kc) {
         const int nk = min(kb1 - kc, KCB), q = issued % S;
+        __syncwarp();
         if (lane == 0) {
+            k25_fence_proxy_async();
             uint8_t *dst = ring + q * W4_STAGE_BYTES;
             k25_mbar_expect_tx(&full[warp][q], nk * (W4_KB_W + W4_KB_S));
             k25_bulk_g2s(dst, wt + (size_t)kc * 32, nk * W4_KB_W, &full[warp][q], policy);
@@ -626,11 +629,7 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
             if (nk == KCB) run(std::true_type());
             else run(std::false_type());
             consumed++;
-            if (kc0 + S * KCB < kb1) {
-                __syncwarp(); // every lane has read the stage
-                if (lane == 0) k25_fence_proxy_async();
-                issue(kc0 + S * KCB);
-            }
+            if (kc0 + S * KCB < kb1) issue(kc0 + S * KCB);
         }
     } while ((kc0 += KCB) < kb1);
     if (nt < NT) {
