@@ -258,6 +258,36 @@ static void upload_plain(cuda_impl *c, k25k_uploader *u, k25_tensor *t) {
     k25k_upload_tensor(u, t, t->dev);
 }
 
+// Two projections of the same input (q_a + kv_a, gate + up) in one allocation, b right after a,
+// where a's bytes keep b 256-byte aligned: above the GEMV's rows k25k_matmul2 then runs them as
+// one GEMM of N1 + N2 rows (one weight stream, one launch). Otherwise two allocations.
+static void upload_pair(cuda_impl *c, k25k_uploader *u, k25_tensor *a, k25_tensor *b) {
+    if (a->kind == K25_SRC_NONE || b->kind == K25_SRC_NONE || a->dev || b->dev ||
+        tensor_bytes(a) % 256 != 0) {
+        upload_plain(c, u, a);
+        upload_plain(c, u, b);
+        return;
+    }
+    a->dev_bytes = tensor_bytes(a), b->dev_bytes = tensor_bytes(b);
+    char *p = (char *)dev_alloc(c, a->dev_bytes + b->dev_bytes, a->name);
+    a->dev = p, b->dev = p + a->dev_bytes;
+    k25k_upload_tensor(u, a, a->dev);
+    k25k_upload_tensor(u, b, b->dev);
+}
+
+static int dev_owned(const cuda_impl *c, const void *p) {
+    for (int i = 0; i < c->n_allocs; i++)
+        if (c->allocs[i].p == p) return 1;
+    return 0;
+}
+
+// Frees a pair's memory: b has its own allocation unless upload_pair put it in a's.
+static void free_pair(cuda_impl *c, k25_tensor *a, k25_tensor *b) {
+    if (b->dev && !dev_owned(c, b->dev)) b->dev = NULL; // inside a's allocation
+    if (a->dev) dev_free(c, a->dev), a->dev = NULL;
+    if (b->dev) dev_free(c, b->dev), b->dev = NULL;
+}
+
 // Routed experts of one layer: INT4 tiled (repacked through device staging) or bf16.
 static void upload_experts(cuda_impl *c, k25k_uploader *u, const k25_config *cfg, k25_layer *L,
                            void *stage, size_t stage_bytes) {
@@ -368,9 +398,10 @@ static void cuda_load_weights(k25_backend *be, k25_weights *w) {
     void *stage = stage_bytes ? dev_alloc(c, stage_bytes, "expert staging") : NULL;
     for (int l = w->layer_begin; l < w->layer_end; l++) {
         k25_layer *L = &w->layers[l];
-        k25_tensor *ts[] = {&L->attn_norm, &L->q_a,      &L->q_a_norm, &L->q_b,
-                            &L->kv_a,      &L->kv_a_norm, &L->kv_b,    &L->o_proj,
-                            &L->ffn_norm,  &L->ffn_gate, &L->ffn_up,   &L->ffn_down,
+        upload_pair(c, u, &L->q_a, &L->kv_a);
+        upload_pair(c, u, &L->ffn_gate, &L->ffn_up);
+        k25_tensor *ts[] = {&L->attn_norm, &L->q_a_norm, &L->q_b,     &L->kv_a_norm,
+                            &L->kv_b,      &L->o_proj,   &L->ffn_norm, &L->ffn_down,
                             &L->router,    &L->router_bias};
         for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) upload_plain(c, u, ts[i]);
         if (L->is_moe && L->exp_gate) upload_experts(c, u, cfg, L, stage, stage_bytes);
@@ -387,9 +418,10 @@ static void free_weights(cuda_impl *c, k25_weights *w) {
         if (top[i]->dev) dev_free(c, top[i]->dev), top[i]->dev = NULL;
     for (int l = w->layer_begin; l < w->layer_end; l++) {
         k25_layer *L = &w->layers[l];
-        k25_tensor *ts[] = {&L->attn_norm, &L->q_a,      &L->q_a_norm, &L->q_b,
-                            &L->kv_a,      &L->kv_a_norm, &L->kv_b,    &L->o_proj,
-                            &L->ffn_norm,  &L->ffn_gate, &L->ffn_up,   &L->ffn_down,
+        free_pair(c, &L->q_a, &L->kv_a);
+        free_pair(c, &L->ffn_gate, &L->ffn_up);
+        k25_tensor *ts[] = {&L->attn_norm, &L->q_a_norm, &L->q_b,     &L->kv_a_norm,
+                            &L->kv_b,      &L->o_proj,   &L->ffn_norm, &L->ffn_down,
                             &L->router,    &L->router_bias};
         for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++)
             if (ts[i]->dev) dev_free(c, ts[i]->dev), ts[i]->dev = NULL;
@@ -452,12 +484,12 @@ static void ensure_workspaces(cuda_impl *c, const k25_config *cfg, int rows) {
     k25k_blas_reserve(c->blas, Kmax * R * 2); // hi and lo halves
     k25k_blas_reserve(c->blas_routed, (size_t)D * R * 2);
     // products of the stacked halves (up to k25k_lt_one_pass_rows()): the widest N of the
-    // layers' projections and of MLA's per-head GEMMs (all heads); the lm_head is wider and
-    // keeps the two products
+    // layers' projections (a pair of them counts as one) and of MLA's per-head GEMMs (all
+    // heads); the lm_head is wider and keeps the two products
     size_t Nmax = (size_t)D;
-    int ns[] = {cfg->q_lora_rank, L + cfg->qk_rope_dim, H * (cfg->qk_nope_dim + cfg->qk_rope_dim),
-                cfg->dense_inter / tp, cfg->n_shared * cfg->moe_inter / tp, E, H * L,
-                H * cfg->v_head_dim};
+    int ns[] = {cfg->q_lora_rank + L + cfg->qk_rope_dim, // q_a + kv_a as one GEMM
+                H * (cfg->qk_nope_dim + cfg->qk_rope_dim), 2 * (cfg->dense_inter / tp),
+                2 * (cfg->n_shared * cfg->moe_inter / tp), E, H * L, H * cfg->v_head_dim};
     for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++)
         if ((size_t)ns[i] > Nmax) Nmax = ns[i];
     if (k25k_split_activations()) {

@@ -16,6 +16,8 @@ void k25k_silu_mul(const float *gate, const float *up, size_t n, float *out, cud
 void k25k_add(float *y, const float *x, size_t n, cudaStream_t s);
 // out = a + b (out may be a or b)
 void k25k_sum2(float *out, const float *a, const float *b, size_t n, cudaStream_t s);
+// y1[t][:] + y2[t][:] = p[t][:] + p[T + t][:] over p [2T][N1 + N2] (a pair's one GEMM)
+void k25k_sum2_pair(float *y1, float *y2, const float *p, int T, int N1, int N2, cudaStream_t s);
 void k25k_f32_to_bf16(const float *x, size_t n, uint16_t *y, cudaStream_t s);
 // hi[i] = bf16(x[i]), lo[i] = bf16(x[i] - hi[i])
 void k25k_f32_to_bf16_split(const float *x, size_t n, uint16_t *hi, uint16_t *lo, cudaStream_t s);
@@ -70,7 +72,8 @@ int k25k_gemv2_applies(const float *x, const uint16_t *W1, const uint16_t *W2, i
 int k25k_gemv2_bf16(const float *x, const uint16_t *W1, const uint16_t *W2, int T, int N1,
                     int N2, int K, float *y1, float *y2, cudaStream_t s);
 // The pair for T <= K25_GEMV_MAX_T when it applies; otherwise two k25k_matmul calls (above the
-// GEMV limit: one bf16 conversion of x for both cuBLASLt products).
+// GEMV limit: one bf16 conversion of x for both cuBLASLt products, and one GEMM of N1 + N2 rows
+// when W2 directly follows W1 in memory, as the backend allocates such pairs).
 void k25k_matmul2(k25k_blas *b, const float *x, const uint16_t *W1, const uint16_t *W2, int T,
                   int N1, int N2, int K, float *y1, float *y2, cudaStream_t s);
 

@@ -320,6 +320,25 @@ __global__ void sum2_kernel(float *__restrict__ out, const float *__restrict__ a
         out[i] = a[i] + b[i];
 }
 
+// The products of a pair's one GEMM, p [2T][N1 + N2] (hi rows, then lo rows), summed into the
+// two outputs: the same sum as sum2 per element.
+__global__ void sum2_pair_kernel(float *__restrict__ y1, float *__restrict__ y2,
+                                 const float *__restrict__ p, int T, int N1, int N2) {
+    k25_pdl_trigger();
+    k25_pdl_wait();
+    const int N = N1 + N2;
+    const size_t n = (size_t)T * N;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const int t = (int)(i / N), c = (int)(i - (size_t)t * N);
+        const float v = p[i] + p[n + i];
+        if (c < N1)
+            y1[(size_t)t * N1 + c] = v;
+        else
+            y2[(size_t)t * N2 + (c - N1)] = v;
+    }
+}
+
 __global__ void f32_to_bf16_kernel(const float *__restrict__ x, size_t n,
                                    uint16_t *__restrict__ y) {
     k25_pdl_trigger();
@@ -359,6 +378,12 @@ void k25k_add(float *y, const float *x, size_t n, cudaStream_t s) {
 void k25k_sum2(float *out, const float *a, const float *b, size_t n, cudaStream_t s) {
     if (!n) return;
     k25_launch("sum2", sum2_kernel, grid_for(n), 256, 0, s, out, a, b, n);
+}
+
+void k25k_sum2_pair(float *y1, float *y2, const float *p, int T, int N1, int N2, cudaStream_t s) {
+    const size_t n = (size_t)T * (N1 + N2);
+    if (!n) return;
+    k25_launch("sum2_pair", sum2_pair_kernel, grid_for(n), 256, 0, s, y1, y2, p, T, N1, N2);
 }
 
 void k25k_f32_to_bf16(const float *x, size_t n, uint16_t *y, cudaStream_t s) {

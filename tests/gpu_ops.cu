@@ -382,7 +382,12 @@ static void check_matmul2_pair(pair *p, const k25_tensor *W1c, const k25_tensor 
     const int gemv = T <= gemv_max_rows();
     const int fused = gemv && k25k_gemv2_applies(x.g, (const uint16_t *)W1g->dev,
                                                  (const uint16_t *)W2g->dev, N1, N2, K);
-    const char *path = fused ? "gemv pair" : gemv ? "gemv x2" : "cublaslt";
+    // above the GEMV, a pair allocated as one block (W2 right after W1) is one GEMM
+    const int one_block = (const uint16_t *)W2g->dev == (const uint16_t *)W1g->dev + (size_t)N1 * K;
+    const char *path = fused       ? "gemv pair"
+                       : gemv      ? "gemv x2"
+                       : one_block ? "cublaslt, one GEMM"
+                                   : "cublaslt";
     const double tol = gemv ? 1e-4 : 1e-2; // as matmul (see check_matmul_one)
     report(e1 <= tol && e2 <= tol && past == 0,
            "matmul2 %-14s T=%-4d N=%d+%d K=%-6d rel=%.2e, %.2e, %zu values written past the "
