@@ -652,9 +652,8 @@ void k25k_matmul2(k25k_blas *b, const float *x, const uint16_t *W1, const uint16
     // cuBLASLt: the activations converted once for both products
     const int split = lt_stage(b, x, T, K, s);
     // W2 right after W1: [W1; W2] is one N1 + N2 row matrix, one GEMM over [hi; lo]
-    float *p = split && N1 > 0 && N2 > 0 && W2 == W1 + (size_t)N1 * K &&
-                       T <= k25k_lt_one_pass_rows()
-                   ? k25k_blas_products(b, (size_t)2 * T * (N1 + N2))
+    float *p = split && N1 > 0 && N2 > 0 && W2 == W1 + (size_t)N1 * K
+                   ? k25k_blas_products(b, T, (size_t)(N1 + N2))
                    : NULL;
     if (p) {
         lt_gemm(b, b->xb, W1, 2 * T, N1 + N2, K, p, 0.0f, s);
