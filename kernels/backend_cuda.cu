@@ -91,6 +91,9 @@ typedef struct cuda_impl {
     float *ws_logits;            // router logits [rows][E]
     int *ws_route;               // routing ints
     k25k_moe_route route;
+    // idx whose routing sort the router's top-k already ran (into route) for the moe call that
+    // follows; a host write of any device buffer clears it (tests feed their own choices)
+    const int32_t *sorted_idx;
     float *ws_part1, *ws_h, *ws_part2;
     int mla_chunks;
 
@@ -201,6 +204,7 @@ static void cuda_free_op(k25_backend *be, void *p) {
 static void cuda_to_device(k25_backend *be, void *dst, const void *src, size_t bytes) {
     cuda_impl *c = impl_of(be);
     no_capture(c, "to_device");
+    c->sorted_idx = NULL;
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream));
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
 }
@@ -726,9 +730,15 @@ static void cuda_router(k25_backend *be, const float *x, const k25_layer *L, int
     blas_reserve(c, c->blas_routed, c->T, D);
     k25k_matmul(c->blas_routed, x, bf16_dev(&L->router, (int64_t)E * D), c->T, E, D, c->ws_logits,
                 c->stream);
-    k25k_router_topk(c->ws_logits, (const float *)L->router_bias.dev, c->T, E, cfg->n_group,
-                     cfg->topk_group, cfg->top_k, cfg->norm_topk_prob, cfg->routed_scale, idx,
-                     wts, c->stream);
+    // the routing sort of the moe call that follows in the same launch where one block holds
+    // every row (batch 1 and short verification steps): one launch fewer per layer
+    const moe_dev *m = (const moe_dev *)L->backend_data;
+    const k25k_route_sort sort = {&c->route, m ? m->I : 0, m ? m->D : 0, c->num_sms};
+    const int sorted = k25k_router_topk(
+        c->ws_logits, (const float *)L->router_bias.dev, c->T, E, cfg->n_group, cfg->topk_group,
+        cfg->top_k, cfg->norm_topk_prob, cfg->routed_scale, idx, wts,
+        m && m->E == E && c->T <= c->ws_rows ? &sort : NULL, c->stream);
+    c->sorted_idx = sorted ? idx : NULL;
 }
 
 static void cuda_moe(k25_backend *be, const float *x, const k25_layer *L, const int32_t *idx,
@@ -740,8 +750,10 @@ static void cuda_moe(k25_backend *be, const float *x, const k25_layer *L, const 
     const int T = c->T, K = cfg->top_k, A = T * K, E = m->E, I = m->I, D = m->D;
     const int max_active = A < E ? A : E;
     if (T > c->ws_rows) K25_DIE("moe: workspaces sized for %d rows, step has %d", c->ws_rows, T);
-    // the routing kernel also picks the split plans (r.plan) from the actual item count
-    k25k_moe_sort(idx, T, K, E, I, D, c->num_sms, &c->route, c->stream);
+    // the routing kernel also picks the split plans (r.plan) from the actual item count; the
+    // router's launch may have run it already
+    if (c->sorted_idx != idx) k25k_moe_sort(idx, T, K, E, I, D, c->num_sms, &c->route, c->stream);
+    c->sorted_idx = NULL;
     if (m->int4) {
         // gate+up with the split reduction and SiLU*up fused (ws_h), then down
         k25k_moe_w4a16_gemm(m->gu_w, m->gu_s, E, 2 * I, D, 1, x, D, c->route.slot_token, &c->route,

@@ -113,6 +113,10 @@ int k25k_moe_row_blocks(int N);
 // SMs.
 void k25k_moe_sort(const int32_t *idx, int T, int top_k, int E, int I, int D, int num_sms,
                    const k25k_moe_route *r, cudaStream_t s);
+// Shared memory of the routing sort of A choices over E experts (dies on what it cannot sort)
+// and the resident GEMM blocks its plans are made for (k25k_router_topk's fused sort).
+size_t k25k_moe_route_smem(int A, int E);
+int k25k_moe_route_target(int T, int num_sms);
 // Repacks one expert matrix from the checkpoint layout (packed [rows][K/8] int32, scales
 // [rows][K/group] bf16) into the tiled layout (moe_w4a16.cu). gate_up: wa/sa are the gate rows,
 // wb/sb the up rows, N = 2 * I; otherwise N rows of wa/sa.
@@ -144,9 +148,17 @@ void k25k_moe_combine(const float *part, const int *n_splits, int A, int D, cons
                       const float *wts, int T, int top_k, float *out, cudaStream_t s);
 
 // ---- router.cu ----
-void k25k_router_topk(const float *logits, const float *bias, int T, int E, int n_group,
-                      int topk_group, int top_k, int norm_topk, float scale, int32_t *idx,
-                      float *wts, cudaStream_t s);
+// Top-k of the router's logits into idx / wts. With sort != NULL and every row in one block of
+// the warp kernel (T <= 4), the same launch ends with the routing sort of the choices
+// (k25k_moe_sort's work, into sort->r for experts of sort->I x sort->D); returns 1 then, 0 when
+// the caller still has to sort.
+typedef struct k25k_route_sort {
+    const k25k_moe_route *r;
+    int I, D, num_sms;
+} k25k_route_sort;
+int k25k_router_topk(const float *logits, const float *bias, int T, int E, int n_group,
+                     int topk_group, int top_k, int norm_topk, float scale, int32_t *idx,
+                     float *wts, const k25k_route_sort *sort, cudaStream_t s);
 
 // ---- mla.cu ----
 typedef struct k25k_mla_args {

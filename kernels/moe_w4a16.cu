@@ -36,128 +36,36 @@
 
 #include <type_traits>
 
-#include "cuda_kernels.cuh"
-
-#define W4_NW 4          // warps per block, one 32-row tile each
-// r.item_p0 of an item: its first slot << W4_ITEM_BITS | its slot count (1..K25K_MOE_PASS)
-#define W4_ITEM_BITS 6
-static_assert(K25K_MOE_PASS < (1 << W4_ITEM_BITS), "an item's slot count fits its bits");
-
-// Blocks of the grouped GEMM resident at once for steps of T rows (the persistent grid).
-static int w4_resident(int T, int num_sms);
-
-// Split-K plan of an N x K GEMM over `items` work items: at most `target` (item, row-block,
-// split) units (the resident blocks, one unit each; up to three times as many shorter units,
-// taken from the ticket counter as blocks finish, measured 20-28% slower at the TP1 and TP2
-// shapes with 1-16 tokens per expert), at least 2 k-blocks per split, no empty split. The split
-// count does not grow with items, nor shrink with target, which bounds the workspace by the
-// fewest items a step can have and the largest target.
-__host__ __device__ static inline void moe_plan(int N, int K, int items, int target,
-                                                int *n_splits, int *kb_per_split) {
-    const int KB = K / 32 > 0 ? K / 32 : 1;
-    const int rbs = (N / 32 + W4_NW - 1) / W4_NW > 0 ? (N / 32 + W4_NW - 1) / W4_NW : 1;
-    const long long base = (long long)rbs * (items > 0 ? items : 1);
-    const long long want = target > 0 ? target : 1;
-    int ns = base >= want ? 1 : (int)(want / base);
-    const int cap = KB / 2 > 0 ? KB / 2 : 1; // keep >= 2 k-blocks per split
-    if (ns > cap) ns = cap;
-    const int per = (KB + ns - 1) / ns;
-    ns = (KB + per - 1) / per;           // every split writes its partials
-    *n_splits = ns;
-    *kb_per_split = (KB + ns - 1) / ns; // <= per, with the same split count (the GEMM's formula)
-}
+#include "moe_route.cuh"
 
 // ------------------------------------------------------------------------------------------
 // Routing: counting sort of the choices by expert
 // ------------------------------------------------------------------------------------------
 
-
-// One block. counts/offsets per expert, the active experts in ascending id, and for every
-// choice a = t*top_k + k its slot (position in the expert-sorted list) and the slot's token.
-// The order of slots inside an expert depends on atomics, which is harmless: every slot's
-// result depends only on its own token and expert.
-// Last, thread 0 writes the split plans of both GEMMs for the step's item count (at least
-// ceil(A / K25K_MOE_PASS), the bound the workspaces are sized for, even when invalid expert ids
-// drop choices).
+// The routing sort as a kernel of its own (moe_route.cuh).
 __global__ void __launch_bounds__(1024) moe_route_kernel(const int32_t *__restrict__ idx, int A,
                                                          int top_k, int E, int I, int D,
                                                          int target, k25k_moe_route r) {
     extern __shared__ int sm[];
-    int *cnt = sm, *fill = sm + E;
-    __shared__ int tot[32];
-    __shared__ int run_slots, run_active, run_items;
     k25_pdl_trigger();
     k25_pdl_wait();
-    for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
-    if (threadIdx.x == 0) run_slots = run_active = run_items = 0;
-    __syncthreads();
-    for (int a = threadIdx.x; a < A; a += blockDim.x) {
-        int e = idx[a];
-        if (e >= 0 && e < E)
-            atomicAdd(&cnt[e], 1);
-        else
-            atomicExch(r.err, 1);
-    }
-    __syncthreads();
-    for (int base = 0; base < E; base += blockDim.x) {
-        int e = base + threadIdx.x;
-        int v = e < E ? cnt[e] : 0, f = v > 0, np = (v + K25K_MOE_PASS - 1) / K25K_MOE_PASS;
-        int total_v, total_f, total_p;
-        int iv = k25_block_incl_scan(v, tot, &total_v);
-        int iff = k25_block_incl_scan(f, tot, &total_f);
-        int ip = k25_block_incl_scan(np, tot, &total_p);
-        if (e < E) {
-            int off = run_slots + iv - v;
-            r.offsets[e] = off;
-            r.counts[e] = v;
-            fill[e] = off;
-            if (f) r.active[run_active + iff - 1] = e;
-            for (int p = 0, it = run_items + ip - np; p < np; p++, it++) {
-                r.item_expert[it] = e;
-                const int n = min(K25K_MOE_PASS, v - p * K25K_MOE_PASS);
-                r.item_p0[it] = ((off + p * K25K_MOE_PASS) << W4_ITEM_BITS) | n;
-            }
-        }
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            run_slots += total_v;
-            run_active += total_f;
-            run_items += total_p;
-        }
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) {
-        r.offsets[E] = run_slots;
-        *r.n_active = run_active;
-        *r.n_items = run_items;
-        const int lo = (A + K25K_MOE_PASS - 1) / K25K_MOE_PASS;
-        const int items = run_items > lo ? run_items : lo;
-        moe_plan(2 * I, D, items, target, &r.plan[0], &r.plan[1]);
-        moe_plan(D, I, items, target, &r.plan[2], &r.plan[3]);
-    }
-    __syncthreads();
-    for (int a = threadIdx.x; a < A; a += blockDim.x) {
-        int e = idx[a];
-        if (e >= 0 && e < E) {
-            int pos = atomicAdd(&fill[e], 1);
-            r.slot_token[pos] = a / top_k;
-            r.slot_of[a] = pos;
-        } else {
-            r.slot_of[a] = -1;
-        }
-    }
+    moe_route_block(idx, A, top_k, E, I, D, target, r, sm);
+}
+
+size_t k25k_moe_route_smem(int A, int E) {
+    const size_t smem = sizeof(int) * 2 * (size_t)E;
+    if (smem > 48 * 1024) K25_DIE("moe routing: %d experts exceed the shared-memory sort", E);
+    if (A >= (1 << (31 - W4_ITEM_BITS)))
+        K25_DIE("moe routing: %d choices exceed the work item encoding", A);
+    return smem;
 }
 
 void k25k_moe_sort(const int32_t *idx, int T, int top_k, int E, int I, int D, int num_sms,
                    const k25k_moe_route *r, cudaStream_t s) {
     int A = T * top_k;
     if (A <= 0) return;
-    size_t smem = sizeof(int) * 2 * (size_t)E;
-    if (smem > 48 * 1024) K25_DIE("moe routing: %d experts exceed the shared-memory sort", E);
-    if (A >= (1 << (31 - W4_ITEM_BITS)))
-        K25_DIE("moe routing: %d choices exceed the work item encoding", A);
-    k25_launch("moe_route", moe_route_kernel, 1, 1024, smem, s, idx, A, top_k, E, I, D,
-               w4_resident(T, num_sms), *r);
+    k25_launch("moe_route", moe_route_kernel, 1, 1024, k25k_moe_route_smem(A, E), s, idx, A,
+               top_k, E, I, D, k25k_moe_route_target(T, num_sms), *r);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -718,12 +626,15 @@ template <int NTT> static int w4_blocks_per_sm(void) {
                                     : w4_blocks_per_sm<NTT, false>();
 }
 
-// The instantiation follows T: an expert holds at most T slots (a token chooses it once).
+// Blocks of the grouped GEMM resident at once for steps of T rows (the persistent grid). The
+// instantiation follows T: an expert holds at most T slots (a token chooses it once).
 static int w4_resident(int T, int num_sms) {
     const int b = T <= 8 ? w4_blocks_per_sm<1>() : T <= 16 ? w4_blocks_per_sm<2>()
                                                            : w4_blocks_per_sm<4>();
     return b * (num_sms > 0 ? num_sms : 1);
 }
+
+int k25k_moe_route_target(int T, int num_sms) { return w4_resident(T, num_sms); }
 
 size_t k25k_moe_part_floats(int N, int K, int A, int num_sms) {
     if (A <= 0) return 0;

@@ -10,7 +10,9 @@
 // the larger shapes; K25_ROUTER_BLOCK=1 forces it (A/B runs, and the check of that path).
 #include <stdlib.h>
 
-#include "cuda_kernels.cuh"
+#include <algorithm>
+
+#include "moe_route.cuh"
 
 // ------------------------------------------------------------------------------------------
 // One warp per row
@@ -102,23 +104,13 @@ __device__ __forceinline__ uint32_t kept_by_groups(const float (&sel)[NPL], int 
     return kept;
 }
 
-// Block of kRowsPerBlock warps, warp w: row blockIdx.x * kRowsPerBlock + w; lane holds experts
-// j*32 + lane, j < NPL (coalesced loads). The bias is a weight: it is loaded before the wait,
-// while the router GEMV still runs; the logits (that GEMV's output) are read after it, with
-// coherent loads like the bias (see the PDL rules in cuda_common.cuh).
+// Row t's choices into idx / wts, by one warp: lane holds experts j*32 + lane, j < NPL
+// (coalesced loads), b the bias of those experts.
 template <int NPL>
-__global__ void __launch_bounds__(32 * kRowsPerBlock)
-    router_topk_warp_kernel(const float *logits, const float *bias, int T, int E, int G,
-                            int topk_group, int top_k, int norm_topk, float scale,
-                            int32_t *__restrict__ idx, float *__restrict__ wts) {
+__device__ __forceinline__ void topk_row(const float *logits, const float (&b)[NPL], int t, int E,
+                                         int G, int topk_group, int top_k, int norm_topk,
+                                         float scale, int32_t *idx, float *wts) {
     const int lane = threadIdx.x & 31;
-    const int t = blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5);
-    k25_pdl_trigger();
-    float b[NPL];
-#pragma unroll
-    for (int j = 0; j < NPL; j++) b[j] = j * 32 + lane < E ? __ldcg(bias + j * 32 + lane) : 0.0f;
-    k25_pdl_wait();
-    if (t >= T) return;
     const float *lg = logits + (size_t)t * E; // [E]
     // every load issued before the first use: the division's slow path is a branch, and loads
     // written next to it would each wait for the previous score (NPL round trips, not one)
@@ -165,6 +157,32 @@ __global__ void __launch_bounds__(32 * kRowsPerBlock)
         if (norm_topk) w /= sum + 1e-20;
         idx[(size_t)t * top_k + lane] = chosen;
         wts[(size_t)t * top_k + lane] = (float)(w * scale);
+    }
+}
+
+// Block of kRowsPerBlock warps (SORT: of every row of the step, and more warps for the sort),
+// warp w: row blockIdx.x * kRowsPerBlock + w. The bias is a weight: it is loaded before the
+// wait, while the router GEMV still runs; the logits (that GEMV's output) are read after it,
+// with coherent loads like the bias (see the PDL rules in cuda_common.cuh).
+template <int NPL, bool SORT>
+__global__ void __launch_bounds__(SORT ? 512 : 32 * kRowsPerBlock)
+    router_topk_warp_kernel(const float *logits, const float *bias, int T, int E, int G,
+                            int topk_group, int top_k, int norm_topk, float scale,
+                            int32_t *__restrict__ idx, float *__restrict__ wts,
+                            k25k_moe_route r, int I, int D, int target) {
+    const int lane = threadIdx.x & 31;
+    const int t = blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5);
+    k25_pdl_trigger();
+    float b[NPL];
+#pragma unroll
+    for (int j = 0; j < NPL; j++) b[j] = j * 32 + lane < E ? __ldcg(bias + j * 32 + lane) : 0.0f;
+    k25_pdl_wait();
+    if (t < T)
+        topk_row<NPL>(logits, b, t, E, G, topk_group, top_k, norm_topk, scale, idx, wts);
+    if constexpr (SORT) {
+        extern __shared__ int sort_sm[];
+        __syncthreads(); // every row's idx written (and visible to the block)
+        moe_route_block(idx, T * top_k, top_k, E, I, D, target, r, sort_sm);
     }
 }
 
@@ -298,14 +316,27 @@ __global__ void __launch_bounds__(256) router_topk_kernel(const float *__restric
 // Launcher
 // ------------------------------------------------------------------------------------------
 
+// sort: the routing sort in the same launch, every row in one block (T <= kRowsPerBlock), with
+// enough warps for the sort's pass over the experts (one warp per 32 of them, up to 16).
 template <int NPL>
 static void launch_warp(const float *logits, const float *bias, int T, int E, int G,
                         int topk_group, int top_k, int norm_topk, float scale, int32_t *idx,
-                        float *wts, cudaStream_t s) {
+                        float *wts, const k25k_route_sort *sort, cudaStream_t s) {
     const int rows = T < kRowsPerBlock ? T : kRowsPerBlock;
-    k25_launch("router_topk_warp", router_topk_warp_kernel<NPL>,
-               (unsigned)k25_cdiv(T, kRowsPerBlock), 32 * rows, 0, s, logits, bias, T, E, G,
-               topk_group, top_k, norm_topk, scale, idx, wts);
+    if (sort) {
+        const int threads = (int)std::min<int64_t>(512, std::max<int64_t>(32 * kRowsPerBlock,
+                                                                           k25_cdiv(E, 32) * 32));
+        auto *kernel = router_topk_warp_kernel<NPL, true>;
+        k25_launch("router_topk_sort", kernel, 1, threads,
+                   k25k_moe_route_smem(T * top_k, E), s, logits, bias, T, E, G, topk_group,
+                   top_k, norm_topk, scale, idx, wts, *sort->r, sort->I, sort->D,
+                   k25k_moe_route_target(T, sort->num_sms));
+        return;
+    }
+    auto *kernel = router_topk_warp_kernel<NPL, false>;
+    k25_launch("router_topk_warp", kernel, (unsigned)k25_cdiv(T, kRowsPerBlock), 32 * rows, 0, s,
+               logits, bias, T, E, G, topk_group, top_k, norm_topk, scale, idx, wts,
+               k25k_moe_route{}, 0, 0, 0);
 }
 
 static int router_block_forced(void) {
@@ -314,10 +345,10 @@ static int router_block_forced(void) {
     return forced;
 }
 
-void k25k_router_topk(const float *logits, const float *bias, int T, int E, int n_group,
-                      int topk_group, int top_k, int norm_topk, float scale, int32_t *idx,
-                      float *wts, cudaStream_t s) {
-    if (T <= 0) return;
+int k25k_router_topk(const float *logits, const float *bias, int T, int E, int n_group,
+                     int topk_group, int top_k, int norm_topk, float scale, int32_t *idx,
+                     float *wts, const k25k_route_sort *sort, cudaStream_t s) {
+    if (T <= 0) return 0;
     if (n_group > 256 || top_k > 64 || (n_group > 0 && E % n_group))
         K25_DIE("router: n_group %d / top_k %d / experts %d not supported", n_group, top_k, E);
     const int G = n_group > 1 ? n_group : 1, per_lane = (int)k25_cdiv(E, 32);
@@ -329,11 +360,13 @@ void k25k_router_topk(const float *logits, const float *bias, int T, int E, int 
                        : per_lane <= 12 ? launch_warp<12>
                        : per_lane <= 16 ? launch_warp<16>
                                         : launch_warp<32>;
-        launch(logits, bias, T, E, G, topk_group, top_k, norm_topk, scale, idx, wts, s);
-        return;
+        if (T > kRowsPerBlock) sort = NULL;
+        launch(logits, bias, T, E, G, topk_group, top_k, norm_topk, scale, idx, wts, sort, s);
+        return sort != NULL;
     }
     size_t smem = sizeof(float) * 2 * (size_t)E + (size_t)E;
     if (smem > 48 * 1024) K25_DIE("router: %d experts exceed the shared-memory top-k", E);
     k25_launch("router_topk", router_topk_kernel, T, 256, smem, s, logits, bias, E, n_group,
                topk_group, top_k, norm_topk, scale, idx, wts);
+    return 0;
 }

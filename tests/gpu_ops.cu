@@ -522,6 +522,8 @@ static void check_moe(pair *p, int T) {
     float *hwc = (float *)k25_malloc(sizeof(float) * T * K), *hwg = (float *)k25_malloc(sizeof(float) * T * K);
 
     if (want("router")) {
+        dbuf_poison(p, &y); // here: a host write between the router and the moe below would
+                            // make the GPU sort again in the moe call
         p->cpu->router(p->cpu, x.c, Lc, ic, wts.c);
         p->gpu->router(p->gpu, x.g, Lg, ig, wts.g);
         p->cpu->to_host(p->cpu, hic, ic, sizeof(int32_t) * T * K);
@@ -551,6 +553,15 @@ static void check_moe(pair *p, int T) {
         int ok = rows_diff * 64 <= T && werr <= 1e-4;
         report(ok, "router         T=%-4d E=%d top_k=%d rows with the same experts %d/%d, "
                "max |dw| %.2e", T, E, K, same, T, werr);
+        // the MoE on the GPU router's own choices, right after it (where the router's launch
+        // also ran the routing sort), against the CPU's MoE on the same choices and weights
+        p->gpu->moe(p->gpu, x.g, Lg, ig, wts.g, y.g);
+        p->cpu->to_device(p->cpu, ic, hig, sizeof(int32_t) * T * K);
+        p->cpu->to_device(p->cpu, wts.c, hwg, sizeof(float) * T * K);
+        p->cpu->moe(p->cpu, x.c, Lc, ic, wts.c, y.c);
+        p->gpu->sync(p->gpu);
+        double e = dbuf_err(p, &y, (size_t)T * D);
+        report(e <= 1e-2, "moe after router T=%-4d (the GPU router's choices) rel=%.2e", T, e);
     }
     if (want("moe")) {
         // the CPU's routing fed to both MoE implementations

@@ -1,0 +1,107 @@
+// The routing sort of a step's choices (a counting sort by expert) and the split-K plans of the
+// grouped W4A16 GEMMs, as the device code of one block. Its own kernel runs it
+// (k25k_moe_sort, moe_w4a16.cu), and so does the router's top-k when one block holds every row
+// of the step (router.cu): the sort then costs no launch of its own.
+#pragma once
+
+#include "cuda_kernels.cuh"
+
+#define W4_NW 4          // warps per block, one 32-row tile each
+// r.item_p0 of an item: its first slot << W4_ITEM_BITS | its slot count (1..K25K_MOE_PASS)
+#define W4_ITEM_BITS 6
+static_assert(K25K_MOE_PASS < (1 << W4_ITEM_BITS), "an item's slot count fits its bits");
+
+// Split-K plan of an N x K GEMM over `items` work items: at most `target` (item, row-block,
+// split) units (the resident blocks, one unit each; up to three times as many shorter units,
+// taken from the ticket counter as blocks finish, measured 20-28% slower at the TP1 and TP2
+// shapes with 1-16 tokens per expert), at least 2 k-blocks per split, no empty split. The split
+// count does not grow with items, nor shrink with target, which bounds the workspace by the
+// fewest items a step can have and the largest target.
+__host__ __device__ static inline void moe_plan(int N, int K, int items, int target,
+                                                int *n_splits, int *kb_per_split) {
+    const int KB = K / 32 > 0 ? K / 32 : 1;
+    const int rbs = (N / 32 + W4_NW - 1) / W4_NW > 0 ? (N / 32 + W4_NW - 1) / W4_NW : 1;
+    const long long base = (long long)rbs * (items > 0 ? items : 1);
+    const long long want = target > 0 ? target : 1;
+    int ns = base >= want ? 1 : (int)(want / base);
+    const int cap = KB / 2 > 0 ? KB / 2 : 1; // keep >= 2 k-blocks per split
+    if (ns > cap) ns = cap;
+    const int per = (KB + ns - 1) / ns;
+    ns = (KB + per - 1) / per;           // every split writes its partials
+    *n_splits = ns;
+    *kb_per_split = (KB + ns - 1) / ns; // <= per, with the same split count (the GEMM's formula)
+}
+
+// One block. counts/offsets per expert, the active experts in ascending id, and for every
+// choice a = t*top_k + k its slot (position in the expert-sorted list) and the slot's token.
+// The order of slots inside an expert depends on atomics, which is harmless: every slot's
+// result depends only on its own token and expert.
+// Last, thread 0 writes the split plans of both GEMMs for the step's item count (at least
+// ceil(A / K25K_MOE_PASS), the bound the workspaces are sized for, even when invalid expert ids
+// drop choices). idx is read with coherent loads: in the router's kernel the same block has
+// just written it. sm: 2 * E ints of shared memory (k25k_moe_route_smem).
+static __device__ __forceinline__ void moe_route_block(const int32_t *idx, int A, int top_k,
+                                                       int E, int I, int D, int target,
+                                                       const k25k_moe_route &r, int *sm) {
+    int *cnt = sm, *fill = sm + E;
+    __shared__ int tot[32];
+    __shared__ int run_slots, run_active, run_items;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
+    if (threadIdx.x == 0) run_slots = run_active = run_items = 0;
+    __syncthreads();
+    for (int a = threadIdx.x; a < A; a += blockDim.x) {
+        int e = __ldcg(idx + a);
+        if (e >= 0 && e < E)
+            atomicAdd(&cnt[e], 1);
+        else
+            atomicExch(r.err, 1);
+    }
+    __syncthreads();
+    for (int base = 0; base < E; base += blockDim.x) {
+        int e = base + threadIdx.x;
+        int v = e < E ? cnt[e] : 0, f = v > 0, np = (v + K25K_MOE_PASS - 1) / K25K_MOE_PASS;
+        int total_v, total_f, total_p;
+        int iv = k25_block_incl_scan(v, tot, &total_v);
+        int iff = k25_block_incl_scan(f, tot, &total_f);
+        int ip = k25_block_incl_scan(np, tot, &total_p);
+        if (e < E) {
+            int off = run_slots + iv - v;
+            r.offsets[e] = off;
+            r.counts[e] = v;
+            fill[e] = off;
+            if (f) r.active[run_active + iff - 1] = e;
+            for (int p = 0, it = run_items + ip - np; p < np; p++, it++) {
+                r.item_expert[it] = e;
+                const int n = min(K25K_MOE_PASS, v - p * K25K_MOE_PASS);
+                r.item_p0[it] = ((off + p * K25K_MOE_PASS) << W4_ITEM_BITS) | n;
+            }
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            run_slots += total_v;
+            run_active += total_f;
+            run_items += total_p;
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        r.offsets[E] = run_slots;
+        *r.n_active = run_active;
+        *r.n_items = run_items;
+        const int lo = (A + K25K_MOE_PASS - 1) / K25K_MOE_PASS;
+        const int items = run_items > lo ? run_items : lo;
+        moe_plan(2 * I, D, items, target, &r.plan[0], &r.plan[1]);
+        moe_plan(D, I, items, target, &r.plan[2], &r.plan[3]);
+    }
+    __syncthreads();
+    for (int a = threadIdx.x; a < A; a += blockDim.x) {
+        int e = __ldcg(idx + a);
+        if (e >= 0 && e < E) {
+            int pos = atomicAdd(&fill[e], 1);
+            r.slot_token[pos] = a / top_k;
+            r.slot_of[a] = pos;
+        } else {
+            r.slot_of[a] = -1;
+        }
+    }
+}
