@@ -8,6 +8,9 @@
 // and chooses with shuffles only: a selection round is one 5-step warp reduction, no block
 // barrier. The block kernel (one block of 256 threads per row, scores in shared memory) covers
 // the larger shapes; K25_ROUTER_BLOCK=1 forces it (A/B runs, and the check of that path).
+// Where one block of the warp kernel holds every row (up to 4: batch 1, short verification
+// steps), it also runs the MoE routing sort of the choices after a block barrier
+// (moe_route.cuh), which saves the sort's own launch on the critical path of every MoE layer.
 #include <stdlib.h>
 
 #include <algorithm>
