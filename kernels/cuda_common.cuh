@@ -132,6 +132,30 @@ __device__ __forceinline__ float k25_bf16_hi(uint32_t packed) {
 }
 __device__ __forceinline__ float k25_bf16f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 
+// V consecutive f32 (V = 4: one 16-byte access, the pointer 16-byte aligned) or bf16 (V = 4: one
+// 8-byte store) values, for the element-wise kernels' vector paths.
+template <int V> __device__ __forceinline__ void k25_ldv(const float *p, float (&r)[V]) {
+    if constexpr (V == 4) {
+        const float4 q = *reinterpret_cast<const float4 *>(p);
+        r[0] = q.x, r[1] = q.y, r[2] = q.z, r[3] = q.w;
+    } else {
+        r[0] = *p;
+    }
+}
+template <int V> __device__ __forceinline__ void k25_stv(float *p, const float (&r)[V]) {
+    if constexpr (V == 4)
+        *reinterpret_cast<float4 *>(p) = make_float4(r[0], r[1], r[2], r[3]);
+    else
+        *p = r[0];
+}
+template <int V> __device__ __forceinline__ void k25_stv(uint16_t *p, const uint16_t (&r)[V]) {
+    if constexpr (V == 4)
+        *reinterpret_cast<uint2 *>(p) = make_uint2((uint32_t)r[0] | (uint32_t)r[1] << 16,
+                                                   (uint32_t)r[2] | (uint32_t)r[3] << 16);
+    else
+        *p = r[0];
+}
+
 // Round to nearest even, as common.h's k25_f32_to_bf16 (NaN kept quiet).
 __device__ __forceinline__ uint16_t k25_f2bf(float f) {
     uint32_t u = __float_as_uint(f);

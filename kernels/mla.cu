@@ -720,27 +720,42 @@ __global__ void mla_out_kernel(k25k_mla_args a, const float *o_lat, const uint16
 // ------------------------------------------------------------------------------------------
 
 // hi[r][c] = bf16(src[r][c]), lo[r][c] = bf16(src[r][c] - hi) (lo NULL: hi alone) for a
-// [rows][width] slice of rows ld floats apart (q_nope inside q, or o_lat), packed.
+// [rows][width] slice of rows ld floats apart (q_nope inside q, or o_lat), packed. V values per
+// thread and iteration (4 where width, ld and the pointers allow: 16-byte loads).
+template <int V>
 __global__ void mla_split_kernel(const float *src, int rows, int width, int ld,
                                  uint16_t *__restrict__ hi, uint16_t *__restrict__ lo) {
     k25_pdl_trigger();
     k25_pdl_wait();
     const size_t n = (size_t)rows * width;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
+    for (size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * V; i < n;
+         i += (size_t)gridDim.x * blockDim.x * V) {
         const size_t r = i / width, c = i - r * width;
-        const float v = src[r * ld + c];
-        const uint16_t h = k25_f2bf(v);
-        hi[i] = h;
-        if (lo) lo[i] = k25_f2bf(v - k25_bf16f(h));
+        float v[V];
+        uint16_t h[V], l[V];
+        k25_ldv<V>(src + r * ld + c, v);
+#pragma unroll
+        for (int u = 0; u < V; u++) {
+            h[u] = k25_f2bf(v[u]);
+            l[u] = k25_f2bf(v[u] - k25_bf16f(h[u]));
+        }
+        k25_stv<V>(hi + i, h);
+        if (lo) k25_stv<V>(lo + i, l);
     }
 }
 
 static void mla_split(const float *src, int rows, int width, int ld, uint16_t *hi, uint16_t *lo,
                       cudaStream_t s) {
-    const size_t n = (size_t)rows * width;
+    const bool v4 = width % 4 == 0 && ld % 4 == 0 && ((uintptr_t)src & 15) == 0 &&
+                    ((uintptr_t)hi & 7) == 0 && ((uintptr_t)lo & 7) == 0;
+    const size_t n = (size_t)rows * width / (v4 ? 4 : 1);
     const unsigned blocks = (unsigned)(n < (size_t)1 << 20 ? k25_cdiv((int64_t)n, 256) : 4096);
-    k25_launch("mla_split", mla_split_kernel, blocks, 256, 0, s, src, rows, width, ld, hi, lo);
+    if (v4)
+        k25_launch("mla_split", mla_split_kernel<4>, blocks, 256, 0, s, src, rows, width, ld, hi,
+                   lo);
+    else
+        k25_launch("mla_split", mla_split_kernel<1>, blocks, 256, 0, s, src, rows, width, ld, hi,
+                   lo);
 }
 
 // bf16 elements of one staged half of n values, a multiple of 256 bytes (lo starts there); the
