@@ -30,6 +30,7 @@ GROUPS = [
     ("nvjet", "projections"),
     ("cublasLt", "projections"),
     ("f32_to_bf16", "projections"),
+    ("sum2", "projections"),  # the sum of a projection's hi and lo products (cuBLASLt path)
     ("mla_", "attention"),
     ("router_", "router"),
     ("moe_route", "experts"),
