@@ -353,25 +353,9 @@ __global__ void silu_mul_kernel(const float *__restrict__ g, const float *__rest
     }
 }
 
+// out = a + b over the n / V groups (out may be a: each group is read before it is written).
 template <int V>
-__global__ void add_kernel(float *__restrict__ y, const float *__restrict__ x, size_t n) {
-    k25_pdl_trigger();
-    k25_pdl_wait();
-    K25_FOR_GROUPS(n, V, i) {
-        float a[V], b[V];
-        k25_ldv<V>(y + i, a);
-        k25_ldv<V>(x + i, b);
-#pragma unroll
-        for (int v = 0; v < V; v++) a[v] += b[v];
-        k25_stv<V>(y + i, a);
-    }
-}
-
-template <int V>
-__global__ void sum2_kernel(float *__restrict__ out, const float *__restrict__ a,
-                            const float *__restrict__ b, size_t n) {
-    k25_pdl_trigger();
-    k25_pdl_wait();
+__device__ __forceinline__ void sum2_groups(float *out, const float *a, const float *b, size_t n) {
     K25_FOR_GROUPS(n, V, i) {
         float x[V], y[V];
         k25_ldv<V>(a + i, x);
@@ -380,6 +364,19 @@ __global__ void sum2_kernel(float *__restrict__ out, const float *__restrict__ a
         for (int v = 0; v < V; v++) x[v] += y[v];
         k25_stv<V>(out + i, x);
     }
+}
+
+template <int V> __global__ void add_kernel(float *y, const float *__restrict__ x, size_t n) {
+    k25_pdl_trigger();
+    k25_pdl_wait();
+    sum2_groups<V>(y, y, x, n);
+}
+
+template <int V>
+__global__ void sum2_kernel(float *out, const float *a, const float *b, size_t n) {
+    k25_pdl_trigger();
+    k25_pdl_wait();
+    sum2_groups<V>(out, a, b, n);
 }
 
 // The products of a pair's one GEMM, p [2T][N1 + N2] (hi rows, then lo rows), summed into the
