@@ -276,8 +276,8 @@ int main(int argc, char **argv) {
            "through > 1 GB\n", k25k_lt_one_pass_rows());
     k25k_blas *blas = k25k_blas_create((size_t)32 << 20);
     k25k_blas_reserve(blas, (size_t)2 * TMAX * 18432);
-    // hi and lo as one GEMM of 2T rows where it applies (T <= k25k_lt_one_pass_rows()), as the
-    // backend
+    // hi and lo as one GEMM of 2T rows where it applies (T <= k25k_lt_one_pass_rows()), as in
+    // the backend
     if (k25k_split_activations()) k25k_blas_reserve_products(blas, (size_t)2 * TMAX * 163840);
     float *x, *y, *y1, *y2;
     CUDA_CHECK(cudaMalloc(&x, sizeof(float) * TMAX * 18432));

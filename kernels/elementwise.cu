@@ -47,10 +47,10 @@ void k25_cuda_launch_check(cudaStream_t s, const char *what, const char *file, i
 // ------------------------------------------------------------------------------------------
 
 // x[t][D] = emb[tokens[t]][D]; an id outside [0, V) writes NaN (and sets *err) so it cannot
-// pass unnoticed.
-// One block per row. A row is a few KB: with one element per thread and iteration the block
-// waited one memory round trip per iteration (12 us for a 7168-wide row); 16-byte loads, all
-// issued before the first store, make it one or two round trips.
+// pass unnoticed. One block per row, one 16-byte load (8 bf16) per thread where the row allows:
+// with one element per thread the block waited a memory round trip per iteration (12 us for a
+// 7168-wide row); k25k_embed gives the block a thread per 8 elements, so the loads are issued
+// together.
 __global__ void embed_kernel(const int32_t *__restrict__ tokens, const uint16_t *__restrict__ emb,
                              int64_t V, int D, float *__restrict__ x, int *err) {
     k25_pdl_trigger();
@@ -67,27 +67,12 @@ __global__ void embed_kernel(const int32_t *__restrict__ tokens, const uint16_t 
     if ((D & 7) == 0 && ((uintptr_t)emb & 15) == 0 && ((uintptr_t)x & 15) == 0) {
         const uint4 *s8 = reinterpret_cast<const uint4 *>(src);
         float4 *r4 = reinterpret_cast<float4 *>(row);
-        const int n8 = D / 8;
-        constexpr int U = 4;
-        for (int i0 = threadIdx.x; i0 < n8; i0 += U * blockDim.x) {
-            uint4 v[U];
-#pragma unroll
-            for (int u = 0; u < U; u++)
-                if (i0 + u * (int)blockDim.x < n8) v[u] = s8[i0 + u * blockDim.x];
-#pragma unroll
-            for (int u = 0; u < U; u++) {
-                const int i = i0 + u * blockDim.x;
-                if (i >= n8) break;
-                const uint32_t w[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
-                float f[8];
-#pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    f[2 * j] = __uint_as_float(w[j] << 16);
-                    f[2 * j + 1] = __uint_as_float(w[j] & 0xffff0000u);
-                }
-                r4[2 * i] = make_float4(f[0], f[1], f[2], f[3]);
-                r4[2 * i + 1] = make_float4(f[4], f[5], f[6], f[7]);
-            }
+        for (int i = threadIdx.x; i < D / 8; i += blockDim.x) {
+            const uint4 v = s8[i];
+            r4[2 * i] = make_float4(k25_bf16_lo(v.x), k25_bf16_hi(v.x), k25_bf16_lo(v.y),
+                                    k25_bf16_hi(v.y));
+            r4[2 * i + 1] = make_float4(k25_bf16_lo(v.z), k25_bf16_hi(v.z), k25_bf16_lo(v.w),
+                                        k25_bf16_hi(v.w));
         }
         return;
     }
@@ -97,8 +82,9 @@ __global__ void embed_kernel(const int32_t *__restrict__ tokens, const uint16_t 
 void k25k_embed(const int32_t *tokens, int T, const uint16_t *emb, int64_t V, int D, float *x,
                 int *err, cudaStream_t s) {
     if (T <= 0) return;
-    // one 16-byte load per thread where the row allows (896 threads at D = 7168)
-    const int threads = (int)std::min<int64_t>(1024, std::max<int64_t>(128, k25_cdiv(D / 8, 32) * 32));
+    // a thread per 8 elements (896 at D = 7168), 128 to 1024
+    const int threads =
+        (int)std::min<int64_t>(1024, std::max<int64_t>(128, k25_cdiv(D / 8, 32) * 32));
     k25_launch("embed", embed_kernel, T, threads, 0, s, tokens, emb, V, D, x, err);
 }
 
