@@ -457,10 +457,14 @@ static void print_desc(const run_desc *r, const bench_args *a, const k25_config 
     printf("# devices: %s\n", r->devices);
     printf("# ranks: %d (tp %d, pp %d), backend %s, nccl %s\n", r->ranks, r->tp, r->pp,
            r->backend, r->nccl);
-    if (r->sim_tp)
+    if (r->sim_tp && r->tp == 1)
         printf("# SIMULATED SHARD: one rank runs rank 0's share of tp %d (weights sliced for %d "
-               "ranks, all-reduces skipped): per-rank work only, outputs are not the model's\n",
+               "ranks, no all-reduce): per-rank work only, outputs are not the model's\n",
                r->sim_tp, r->sim_tp);
+    else if (r->sim_tp)
+        printf("# SIMULATED SHARD: %d TP ranks run ranks 0..%d's shares of tp %d (all-reduces "
+               "across the %d): per-rank work of the larger run, outputs are not the model's\n",
+               r->tp, r->tp - 1, r->sim_tp, r->tp);
     if (r->pp > 1) {
         int *first = k25_malloc(sizeof(int) * (size_t)(r->pp + 1));
         char err[K25_ERR_LEN];

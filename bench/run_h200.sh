@@ -14,6 +14,10 @@
 #                                #   binary with ./k25bench (an A/B in one job)
 #   bench/run_h200.sh ncu        # 4 layers as one TP8 rank's share: one decode step kernel by
 #                                #   kernel (ncu, isolated kernel times) -> ncu-step-*.md
+#   bench/run_h200.sh x4         # 4 GPUs, each one TP8 rank's share (run.sim_tp=8), all 61
+#                                #   layers, all-reduces across the 4: the sweep 1..256 with the
+#                                #   per-operation breakdown, then spec vs plain at 1 and 16;
+#                                #   x4-low, x4-high, x4-spec run its parts one at a time
 #   bench/run_h200.sh x8         # 8 GPUs, TP8, all 61 layers: the sweep 1..256 (1K in / 128
 #                                #   out) with the per-operation breakdown, then spec vs plain
 #                                #   (EAGLE-3 head at Kimi dimensions, controlled acceptance);
@@ -103,6 +107,22 @@ PY
         echo "== ncu: rc $?"
         python3 bench/ncu_step.py "$OUT/ncu-step-k4-tp8sim.csv" --markdown \
             >"$OUT/ncu-step-k4-tp8sim-h200.md" && tail -12 "$OUT/ncu-step-k4-tp8sim-h200.md"
+        ;;
+    x4|x4-low|x4-high|x4-spec)
+        T=(--set run.sim_tp=8 --set run.ctx_size=4096)
+        case $job in x4|x4-low)
+            bench tp8sim-k61-h200x4-1k 4 "${KIMI[@]}" "${T[@]}" --input-len 1024 \
+                --output-len 128 --concurrency 1,2,4,8,16 --profile-steps 3 ;; esac
+        case $job in x4|x4-high)
+            bench tp8sim-k61-h200x4-256 4 "${KIMI[@]}" "${T[@]}" --input-len 256 \
+                --output-len 64 --concurrency 32,64,128,256 --profile-steps 3 ;; esac
+        case $job in x4|x4-spec)
+            ./k25-mkeagle --config config/kimi_k25.ini --synthetic 5 --intermediate 12288 \
+                --aux-layers 2,30,58 --out /tmp/k25-eagle-k61 2>>"$OUT/bench.log" ||
+                echo "k25-mkeagle failed"
+            bench spec-tp8sim-k61-h200x4 4 "${KIMI[@]}" "${T[@]}" --input-len 1024 \
+                --output-len 128 --concurrency 1,16 --spec-draft eagle3:/tmp/k25-eagle-k61 \
+                --spec-k 3 --spec-accept 0.7,0.8 --profile-steps 0 ;; esac
         ;;
     x8|x8-low|x8-high|x8-spec)
         # x8 = the three parts; each part alone fits a 10-minute job limit (each run

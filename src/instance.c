@@ -66,15 +66,17 @@ int instance_open(k25_instance *in, const k25_config *cfg, const k25_dist *d,
     int rc = pipeline_layout(cfg, stages, first, err);
     int lb = rc ? 0 : first[stage], le = rc ? 0 : first[stage + 1];
     free(first);
-    // run.sim_tp: one rank holds rank 0's slices of a sim_tp-way split (benchmarks only)
+    // run.sim_tp (benchmarks only): TP rank r holds slice r of a sim_tp-way split, so fewer GPUs
+    // than sim_tp time one rank's share of the larger run, all-reduces across the real ranks
     int w_rank = d->tp_rank, w_size = d->tp_size;
     if (!rc && cfg->sim_tp > 1) {
-        if (d->world_size != 1)
-            rc = k25_err(err, "run.sim_tp = %d simulates one rank of a larger run and needs "
-                         "exactly 1 MPI rank (got %d)", cfg->sim_tp, d->world_size);
+        if (cfg->sim_tp % d->tp_size != 0 || cfg->sim_tp == d->tp_size)
+            rc = k25_err(err, "run.sim_tp = %d simulates a larger run than the %d TP rank%s here "
+                         "and must be a larger multiple of it", cfg->sim_tp, d->tp_size,
+                         d->tp_size > 1 ? "s" : "");
         else
             rc = config_check_tp(cfg, cfg->sim_tp, err);
-        w_rank = 0, w_size = cfg->sim_tp;
+        w_size = cfg->sim_tp;
     }
     if (rc || weights_plan(&in->w, cfg, w_rank, w_size, lb, le, &src, err) != 0) {
         instance_close(in);

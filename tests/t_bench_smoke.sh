@@ -76,18 +76,27 @@ out=$(timeout 60 mpirun -np 2 "$bin" --config config/tiny.ini --synthetic 1 --js
     && fail "an unwritable --json path accepted"
 grep -q "cannot write" <<<"$out" || fail "no message about the --json path: $out"
 
-# run.sim_tp=2: one rank holds what rank 0 of a real 2-rank run holds (less than a whole model),
-# says that it simulates, and refuses more than one rank.
+# run.sim_tp=2: one rank holds what rank 0 of a real 2-rank run holds (less than a whole model)
+# and says that it simulates; on 2 ranks, sim_tp=4 gives each what a rank of a real 4-rank run
+# holds; a sim_tp that is not a larger multiple of the ranks is refused.
 gib() { grep -o '[0-9.]* GiB per rank' "$1" | head -1 | cut -d' ' -f1; }
 timeout 120 mpirun -np 1 "$bin" --config config/tiny.ini --synthetic 1 --set run.sim_tp=2 \
     --concurrency 2 --input-len 8 --output-len 4 >"$tmp/sim.out" 2>&1 || { cat "$tmp/sim.out"; fail "sim_tp run"; }
-grep -q '^# SIMULATED SHARD: one rank runs rank 0.s share of tp 2' "$tmp/sim.out" || fail "no simulated-shard label"
+grep -q "^# SIMULATED SHARD: one rank runs rank 0's share of tp 2" "$tmp/sim.out" || fail "no simulated-shard label"
 timeout 120 mpirun -np 1 "$bin" --config config/tiny.ini --synthetic 1 --concurrency 2 \
     --input-len 8 --output-len 4 >"$tmp/one.out" 2>&1 || fail "tp 1 run"
 python3 -c "import sys; s, w = float(sys.argv[1]), float(sys.argv[2]); assert s < w, (s, w)" \
     "$(gib "$tmp/sim.out")" "$(gib "$tmp/one.out")" || fail "sim_tp weights not smaller than tp 1's"
 grep -q "$(gib "$tmp/stdout") GiB per rank" "$tmp/sim.out" || fail "sim_tp=2 per-rank weights differ from a real tp 2 rank's"
-out=$(timeout 60 mpirun -np 2 "$bin" --config config/tiny.ini --synthetic 1 --set run.sim_tp=2 2>&1) \
-    && fail "run.sim_tp on 2 ranks accepted"
-grep -q "needs exactly 1 MPI rank" <<<"$out" || fail "no message about sim_tp's rank count: $out"
+timeout 120 mpirun -np 2 "$bin" --config config/tiny.ini --synthetic 1 --set run.sim_tp=4 \
+    --concurrency 2 --input-len 8 --output-len 4 >"$tmp/sim4.out" 2>&1 || { cat "$tmp/sim4.out"; fail "sim_tp=4 on 2 ranks"; }
+grep -q "^# SIMULATED SHARD: 2 TP ranks run ranks 0..1's shares of tp 4" "$tmp/sim4.out" || fail "no 2-rank simulated-shard label"
+timeout 120 mpirun -np 4 "$bin" --config config/tiny.ini --synthetic 1 --concurrency 2 \
+    --input-len 8 --output-len 4 >"$tmp/four.out" 2>&1 || { cat "$tmp/four.out"; fail "tp 4 run"; }
+grep -q "$(gib "$tmp/four.out") GiB per rank" "$tmp/sim4.out" || fail "sim_tp=4 per-rank weights on 2 ranks differ from a real tp 4 rank's"
+for bad in 2 3; do
+    out=$(timeout 60 mpirun -np 2 "$bin" --config config/tiny.ini --synthetic 1 --set run.sim_tp=$bad 2>&1) \
+        && fail "run.sim_tp=$bad on 2 ranks accepted"
+    grep -q "run.sim_tp = $bad simulates a larger run than the 2 TP ranks" <<<"$out" || fail "no message about sim_tp=$bad on 2 ranks: $out"
+done
 echo "t_bench_smoke: ok"
