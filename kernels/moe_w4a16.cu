@@ -750,7 +750,10 @@ __global__ void moe_gate_up_reduce_kernel(const float *__restrict__ part,
     }
 }
 
-// One thread per output element; the top_k x n_splits partials it needs are loaded first.
+// One thread per V consecutive output elements of a token (V = 4 where D and the pointers allow:
+// 16-byte loads); the top_k x n_splits partials it needs are loaded first. Each element's sum
+// has the same order for either V.
+template <int V>
 __global__ void moe_combine_kernel(const float *__restrict__ part,
                                    const int *__restrict__ n_splits_dev, int A, int D,
                                    const int *__restrict__ slot_of, const float *__restrict__ wts,
@@ -759,30 +762,44 @@ __global__ void moe_combine_kernel(const float *__restrict__ part,
     k25_pdl_wait();
     const int n_splits = n_splits_dev ? *n_splits_dev : 1;
     size_t n = (size_t)T * D;
-    for (size_t id = blockIdx.x * (size_t)blockDim.x + threadIdx.x; id < n;
-         id += (size_t)gridDim.x * blockDim.x) {
+    for (size_t id = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * V; id < n;
+         id += (size_t)gridDim.x * blockDim.x * V) {
         int t = (int)(id / D), d = (int)(id % D);
-        float acc = 0.0f;
+        float acc[V];
+#pragma unroll
+        for (int v = 0; v < V; v++) acc[v] = 0.0f;
         for (int k0 = 0; k0 < top_k; k0 += 8) {
-            float y[8];
+            float y[8][V];
             int sl[8];
 #pragma unroll
             for (int u = 0; u < 8; u++) {
                 sl[u] = k0 + u < top_k ? slot_of[t * top_k + k0 + u] : -2;
-                y[u] = 0.0f;
+#pragma unroll
+                for (int v = 0; v < V; v++) y[u][v] = 0.0f;
             }
             for (int ks = 0; ks < n_splits; ks++) {
 #pragma unroll
                 for (int u = 0; u < 8; u++)
-                    if (sl[u] >= 0) y[u] += part[((size_t)ks * A + sl[u]) * D + d];
+                    if (sl[u] >= 0) {
+                        float p[V];
+                        k25_ldv<V>(part + ((size_t)ks * A + sl[u]) * D + d, p);
+#pragma unroll
+                        for (int v = 0; v < V; v++) y[u][v] += p[v];
+                    }
             }
 #pragma unroll
             for (int u = 0; u < 8; u++) {
-                if (sl[u] == -1) acc = __int_as_float(0x7fc00000); // bad expert id: never silent
-                else if (sl[u] >= 0) acc += wts[t * top_k + k0 + u] * y[u];
+                if (sl[u] == -1) { // bad expert id: never silent
+#pragma unroll
+                    for (int v = 0; v < V; v++) acc[v] = __int_as_float(0x7fc00000);
+                } else if (sl[u] >= 0) {
+                    const float w = wts[t * top_k + k0 + u];
+#pragma unroll
+                    for (int v = 0; v < V; v++) acc[v] += w * y[u][v];
+                }
             }
         }
-        out[id] = acc;
+        k25_stv<V>(out + id, acc);
     }
 }
 
@@ -801,6 +818,11 @@ void k25k_moe_gate_up_reduce(const float *part, const int *n_splits, int A, int 
 void k25k_moe_combine(const float *part, const int *n_splits, int A, int D, const int *slot_of,
                       const float *wts, int T, int top_k, float *out, cudaStream_t s) {
     if (T <= 0) return;
-    k25_launch("moe_combine", moe_combine_kernel, grid_1d((size_t)T * D), 128, 0, s, part, n_splits,
-               A, D, slot_of, wts, T, top_k, out);
+    const size_t n = (size_t)T * D;
+    if (D % 4 == 0 && ((uintptr_t)part & 15) == 0 && ((uintptr_t)out & 15) == 0)
+        k25_launch("moe_combine", moe_combine_kernel<4>, grid_1d(n / 4), 128, 0, s, part,
+                   n_splits, A, D, slot_of, wts, T, top_k, out);
+    else
+        k25_launch("moe_combine", moe_combine_kernel<1>, grid_1d(n), 128, 0, s, part, n_splits,
+                   A, D, slot_of, wts, T, top_k, out);
 }
