@@ -8,6 +8,7 @@
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <initializer_list>
 #include <nccl.h>
 #include <stdint.h>
 
@@ -154,6 +155,17 @@ template <int V> __device__ __forceinline__ void k25_stv(uint16_t *p, const uint
                                                    (uint32_t)r[2] | (uint32_t)r[3] << 16);
     else
         *p = r[0];
+}
+
+// The V = 4 paths apply: n a multiple of 4, f32 pointers 16-byte and bf16 ones 8-byte aligned.
+static inline bool k25_vec4(size_t n, std::initializer_list<const float *> f,
+                            std::initializer_list<const uint16_t *> h = {}) {
+    if (n % 4) return false;
+    for (const float *p : f)
+        if ((uintptr_t)p & 15) return false;
+    for (const uint16_t *p : h)
+        if ((uintptr_t)p & 7) return false;
+    return true;
 }
 
 // Round to nearest even, as common.h's k25_f32_to_bf16 (NaN kept quiet).

@@ -427,20 +427,9 @@ static int grid_for(size_t n) {
     return (int)(b > 8192 ? 8192 : (b ? b : 1));
 }
 
-// V = 4 applies: n a multiple of 4, f32 pointers 16-byte and bf16 ones 8-byte aligned.
-static bool vec4(size_t n, std::initializer_list<const float *> f,
-                 std::initializer_list<const uint16_t *> h = {}) {
-    if (n % 4) return false;
-    for (const float *p : f)
-        if ((uintptr_t)p & 15) return false;
-    for (const uint16_t *p : h)
-        if ((uintptr_t)p & 7) return false;
-    return true;
-}
-
 void k25k_silu_mul(const float *gate, const float *up, size_t n, float *out, cudaStream_t s) {
     if (!n) return;
-    if (vec4(n, {gate, up, out}))
+    if (k25_vec4(n, {gate, up, out}))
         k25_launch("silu_mul", silu_mul_kernel<4>, grid_for(n / 4), 256, 0, s, gate, up, n, out);
     else
         k25_launch("silu_mul", silu_mul_kernel<1>, grid_for(n), 256, 0, s, gate, up, n, out);
@@ -448,7 +437,7 @@ void k25k_silu_mul(const float *gate, const float *up, size_t n, float *out, cud
 
 void k25k_add(float *y, const float *x, size_t n, cudaStream_t s) {
     if (!n) return;
-    if (vec4(n, {y, x}))
+    if (k25_vec4(n, {y, x}))
         k25_launch("add", add_kernel<4>, grid_for(n / 4), 256, 0, s, y, x, n);
     else
         k25_launch("add", add_kernel<1>, grid_for(n), 256, 0, s, y, x, n);
@@ -456,7 +445,7 @@ void k25k_add(float *y, const float *x, size_t n, cudaStream_t s) {
 
 void k25k_sum2(float *out, const float *a, const float *b, size_t n, cudaStream_t s) {
     if (!n) return;
-    if (vec4(n, {out, a, b}))
+    if (k25_vec4(n, {out, a, b}))
         k25_launch("sum2", sum2_kernel<4>, grid_for(n / 4), 256, 0, s, out, a, b, n);
     else
         k25_launch("sum2", sum2_kernel<1>, grid_for(n), 256, 0, s, out, a, b, n);
@@ -465,7 +454,7 @@ void k25k_sum2(float *out, const float *a, const float *b, size_t n, cudaStream_
 void k25k_sum2_pair(float *y1, float *y2, const float *p, int T, int N1, int N2, cudaStream_t s) {
     const size_t n = (size_t)T * (N1 + N2);
     if (!n) return;
-    if (N1 % 4 == 0 && N2 % 4 == 0 && vec4(n, {y1, y2, p, p + n}))
+    if (N1 % 4 == 0 && N2 % 4 == 0 && k25_vec4(n, {y1, y2, p, p + n}))
         k25_launch("sum2_pair", sum2_pair_kernel<4>, grid_for(n / 4), 256, 0, s, y1, y2, p, T,
                    N1, N2);
     else
@@ -475,7 +464,7 @@ void k25k_sum2_pair(float *y1, float *y2, const float *p, int T, int N1, int N2,
 
 void k25k_f32_to_bf16(const float *x, size_t n, uint16_t *y, cudaStream_t s) {
     if (!n) return;
-    if (vec4(n, {x}, {y}))
+    if (k25_vec4(n, {x}, {y}))
         k25_launch("f32_to_bf16", f32_to_bf16_kernel<4>, grid_for(n / 4), 256, 0, s, x, n, y);
     else
         k25_launch("f32_to_bf16", f32_to_bf16_kernel<1>, grid_for(n), 256, 0, s, x, n, y);
@@ -483,7 +472,7 @@ void k25k_f32_to_bf16(const float *x, size_t n, uint16_t *y, cudaStream_t s) {
 
 void k25k_f32_to_bf16_split(const float *x, size_t n, uint16_t *hi, uint16_t *lo, cudaStream_t s) {
     if (!n) return;
-    if (vec4(n, {x}, {hi, lo}))
+    if (k25_vec4(n, {x}, {hi, lo}))
         k25_launch("f32_to_bf16_split", f32_to_bf16_split_kernel<4>, grid_for(n / 4), 256, 0, s,
                    x, n, hi, lo);
     else

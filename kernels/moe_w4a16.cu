@@ -819,7 +819,7 @@ void k25k_moe_combine(const float *part, const int *n_splits, int A, int D, cons
                       const float *wts, int T, int top_k, float *out, cudaStream_t s) {
     if (T <= 0) return;
     const size_t n = (size_t)T * D;
-    if (D % 4 == 0 && ((uintptr_t)part & 15) == 0 && ((uintptr_t)out & 15) == 0)
+    if (k25_vec4((size_t)D, {part, out}))
         k25_launch("moe_combine", moe_combine_kernel<4>, grid_1d(n / 4), 128, 0, s, part,
                    n_splits, A, D, slot_of, wts, T, top_k, out);
     else
