@@ -419,17 +419,19 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
                 if (u < mp) vn[u] = *reinterpret_cast<const float2 *>(xc + (size_t)rr[u] * x_ld);
         }
     };
-    // Up to 4 slots (decode: most experts hold 1-2 tokens) the lo halves go into rows 4-7 of the
-    // hi tile instead of a tile of their own: one MMA then yields both products, in different
-    // output columns, which the epilogue adds. Half the MMAs of a split unit, where the 8-token
-    // n-tile was mostly empty anyway.
+    // Up to 4 slots (decode: most experts hold 1-2 tokens) slot m's hi and lo halves are rows 2m
+    // and 2m + 1 of one tile instead of two tiles: one MMA then yields both products, in the two
+    // output columns one lane holds, which it adds per k-block exactly as the two-tile path adds
+    // its two products. Half the MMAs of a split unit, where the 8-token n-tile was mostly empty
+    // anyway, and the same bits for a slot whichever path its unit takes (a token's result does
+    // not depend on how many tokens share its expert).
     const bool packed = SPLIT && mp <= 4;
     auto store_x = [&](int m, int xp, float2 v) {
         const uint32_t hi = k25_pack_bf16x2(v.x, v.y);
-        xs[m * XS + xp] = hi;
+        xs[(packed ? 2 * m : m) * XS + xp] = hi;
         if (SPLIT) {
             const uint32_t lo = k25_pack_bf16x2(v.x - k25_bf16_lo(hi), v.y - k25_bf16_hi(hi));
-            (packed ? xs + (m + 4) * XS : xl + m * XS)[xp] = lo;
+            (packed ? xs + (2 * m + 1) * XS : xl + m * XS)[xp] = lo;
         }
     };
     load_next(kb0);
@@ -474,10 +476,11 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
             // scheduler do not hide it). Slots past mp and k-blocks past nk compute on stale
             // staging and ring bytes: an MMA's output column depends only on its own slot, and
             // a partial chunk (!FULL) drops the k-blocks past nk by selection, not by product.
-            auto consume = [&](auto nj_tag, auto full_tag, auto lo_tag) {
+            auto consume = [&](auto nj_tag, auto full_tag, auto lo_tag, auto pk_tag) {
                 constexpr int NJ = decltype(nj_tag)::value;
                 constexpr bool FULL = decltype(full_tag)::value;
                 constexpr bool LO = decltype(lo_tag)::value; // the lo halves in a tile of their own
+                constexpr bool PK = decltype(pk_tag)::value; // hi, lo in columns 2m, 2m + 1
 #pragma unroll
                 for (int u = 0; u < KCB; u++) {
                     const bool live = FULL || u < nk;
@@ -504,16 +507,26 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
                         }
 #pragma unroll
                         for (int s2 = 0; s2 < 2; s2++) {
+                            // a k-block's hi product plus its lo product (each a chain of two
+                            // MMAs from zero), then scaled into the accumulator: the same
+                            // operations whether the halves share a tile (PK) or not (LO)
                             const float z[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                            float tmp[4];
+                            float tmp[4], tlo[4];
                             mma_bf16_16816(tmp, a[s2][0], b00, b01, z);
                             mma_bf16_16816(tmp, a[s2][1], b10, b11, tmp);
                             if (LO) {
-                                mma_bf16_16816(tmp, a[s2][0], l00, l01, tmp);
-                                mma_bf16_16816(tmp, a[s2][1], l10, l11, tmp);
+                                mma_bf16_16816(tlo, a[s2][0], l00, l01, z);
+                                mma_bf16_16816(tlo, a[s2][1], l10, l11, tlo);
+#pragma unroll
+                                for (int q = 0; q < 4; q++) tmp[q] += tlo[q];
+                            }
+                            if (PK) {
+                                tmp[0] += tmp[1];
+                                tmp[2] += tmp[3];
                             }
 #pragma unroll
                             for (int q = 0; q < 4; q++) {
+                                if (PK && (q & 1)) continue;
                                 const float v = acc[j][s2][q] + tmp[q] * sv[2 * s2 + (q >> 1)];
                                 acc[j][s2][q] = live ? v : acc[j][s2][q];
                             }
@@ -525,14 +538,15 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
             const int nj = (mp + 7) >> 3;
             using lo_t = std::integral_constant<bool, SPLIT>;
             auto run = [&](auto full_tag) {
+                using no = std::false_type;
                 if (packed)
-                    consume(std::integral_constant<int, 1>(), full_tag, std::false_type());
+                    consume(std::integral_constant<int, 1>(), full_tag, no(), std::true_type());
                 else if (NTT == 1 || nj == 1)
-                    consume(std::integral_constant<int, 1>(), full_tag, lo_t());
+                    consume(std::integral_constant<int, 1>(), full_tag, lo_t(), no());
                 else if (NTT == 2 || nj == 2)
-                    consume(std::integral_constant<int, NTT < 2 ? 1 : 2>(), full_tag, lo_t());
+                    consume(std::integral_constant<int, NTT < 2 ? 1 : 2>(), full_tag, lo_t(), no());
                 else
-                    consume(std::integral_constant<int, NTT>(), full_tag, lo_t());
+                    consume(std::integral_constant<int, NTT>(), full_tag, lo_t(), no());
             };
             if (nk == KCB) run(std::true_type());
             else run(std::false_type());
@@ -541,12 +555,6 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
         }
     } while ((kc0 += KCB) < kb1);
     if (nt < NT) {
-        if (packed) // column m + 4 holds slot m's lo product: lane c + 2 (lane ^ 2) has it
-#pragma unroll
-            for (int s2 = 0; s2 < 2; s2++)
-#pragma unroll
-                for (int q = 0; q < 4; q++)
-                    acc[0][s2][q] += __shfl_xor_sync(0xffffffffu, acc[0][s2][q], 2);
 #pragma unroll
         for (int j = 0; j < NTT; j++)
 #pragma unroll
@@ -554,7 +562,8 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
 #pragma unroll
                 for (int q = 0; q < 4; q++) {
                     int tok = j * 8 + 2 * c + (q & 1);
-                    if (tok >= mp) continue; // packed: lanes c >= 2 hold columns 4-7, tok >= 4
+                    if (packed) tok = j == 0 && !(q & 1) ? c : mp; // column 2c: slot c's sum
+                    if (tok >= mp) continue;
                     int rl = g + (q >= 2 ? 8 : 0); // row within the 16-row half
                     int n = gate_up ? (s2 == 0 ? nt * 16 + rl : I + nt * 16 + rl)
                                     : nt * 32 + s2 * 16 + rl;
