@@ -295,9 +295,9 @@ __device__ __forceinline__ void gate_up_tail(const float *__restrict__ part,
 //      to 0), summed in fixed split order, so the result does not depend on which unit is last.
 // NTT: MMA n-tiles of 8 tokens kept in registers (1 when no expert can have more than 8 slots).
 // SPLIT: activations as two bf16 operands, hi = bf16(x) and lo = bf16(x - hi), each multiplied
-// by the exact INT4 weights (about f32 accuracy), in adjacent columns of one n-tile (4 slots a
-// tile: twice the MMAs of hi alone, except for units of up to 4 slots); otherwise hi only. A
-// template argument: as a run-time flag it put a branch in every k-block (see the consume).
+// by the exact INT4 weights (about f32 accuracy; twice the MMAs, except for units of up to 4
+// slots, whose hi and lo share one n-tile); otherwise hi only. A template argument: as a
+// run-time flag it put a branch in every k-block (see the consume).
 // Registers: at most 128 for NTT <= 2 (4 blocks per SM), 168 for NTT = 4 (3 per SM); the few
 // spills (16-100 bytes) are loop-invariant addresses, outside the chunk loop.
 // Shared memory: the staging tiles plus the warps' rings (W4_RING_BYTES, dynamic).
@@ -309,9 +309,8 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
     float *__restrict__ h) {
     constexpr int KCB = W4_KCB, XS = W4_XS, S = W4_STAGES;
     extern __shared__ __align__(128) uint8_t w4_ring[]; // [W4_NW][S][W4_STAGE_BYTES]
-    // NTS n-tiles of 8 columns: 8 slots each, or with SPLIT 4 slots as hi, lo column pairs
-    constexpr int NTS = SPLIT ? 2 * NTT : NTT, AQ = SPLIT ? 2 : 4; // AQ: a lane's sums per row half
-    __shared__ __align__(16) uint32_t xs[NTS * 8 * XS];
+    __shared__ __align__(16) uint32_t xs[NTT * 8 * XS];
+    __shared__ __align__(16) uint32_t xl[NTT * 8 * XS];
     __shared__ __align__(8) uint64_t full[W4_NW][S]; // a stage's bytes have landed
     __shared__ int xrow[NTT * 8]; // activation row of each of the unit's slots
     __shared__ int last_split;
@@ -390,13 +389,13 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
     if (threadIdx.x < mp) xrow[threadIdx.x] = row_index ? row_index[slot0 + threadIdx.x]
                                                         : slot0 + threadIdx.x;
 
-    float acc[NTS][2][AQ];
+    float acc[NTT][2][4];
 #pragma unroll
-    for (int j = 0; j < NTS; j++)
+    for (int j = 0; j < NTT; j++)
 #pragma unroll
         for (int s2 = 0; s2 < 2; s2++)
 #pragma unroll
-            for (int q = 0; q < AQ; q++) acc[j][s2][q] = 0.0f;
+            for (int q = 0; q < 4; q++) acc[j][s2][q] = 0.0f;
 
     // Thread cp stages column pair cp of every slot (16 KCB pairs <= blockDim.x), the loads of
     // SB slots in flight together: one L2 round trip per SB slots. (One slot per iteration, its
@@ -420,19 +419,17 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
                 if (u < mp) vn[u] = *reinterpret_cast<const float2 *>(xc + (size_t)rr[u] * x_ld);
         }
     };
-    // SPLIT: slot m's hi and lo halves are rows 2m and 2m + 1 (n-tile m / 4): one MMA yields
-    // both products in the two output columns one lane holds, which it adds per k-block. Every
-    // slot takes the same operations whatever the unit's slot count, so a token's bits do not
-    // depend on how many tokens share its expert; and a unit of up to 4 slots (decode: most
-    // experts hold 1-2 tokens) needs one n-tile, half the MMAs of a tile each for hi and lo.
+    // Up to 4 slots (decode: most experts hold 1-2 tokens) the lo halves go into rows 4-7 of the
+    // hi tile instead of a tile of their own: one MMA then yields both products, in different
+    // output columns, which the epilogue adds. Half the MMAs of a split unit, where the 8-token
+    // n-tile was mostly empty anyway.
+    const bool packed = SPLIT && mp <= 4;
     auto store_x = [&](int m, int xp, float2 v) {
         const uint32_t hi = k25_pack_bf16x2(v.x, v.y);
+        xs[m * XS + xp] = hi;
         if (SPLIT) {
-            xs[2 * m * XS + xp] = hi;
-            xs[(2 * m + 1) * XS + xp] =
-                k25_pack_bf16x2(v.x - k25_bf16_lo(hi), v.y - k25_bf16_hi(hi));
-        } else {
-            xs[m * XS + xp] = hi;
+            const uint32_t lo = k25_pack_bf16x2(v.x - k25_bf16_lo(hi), v.y - k25_bf16_hi(hi));
+            (packed ? xs + (m + 4) * XS : xl + m * XS)[xp] = lo;
         }
     };
     load_next(kb0);
@@ -477,9 +474,10 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
             // scheduler do not hide it). Slots past mp and k-blocks past nk compute on stale
             // staging and ring bytes: an MMA's output column depends only on its own slot, and
             // a partial chunk (!FULL) drops the k-blocks past nk by selection, not by product.
-            auto consume = [&](auto nj_tag, auto full_tag) {
+            auto consume = [&](auto nj_tag, auto full_tag, auto lo_tag) {
                 constexpr int NJ = decltype(nj_tag)::value;
                 constexpr bool FULL = decltype(full_tag)::value;
+                constexpr bool LO = decltype(lo_tag)::value; // the lo halves in a tile of their own
 #pragma unroll
                 for (int u = 0; u < KCB; u++) {
                     const bool live = FULL || u < nk;
@@ -497,36 +495,44 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
                     for (int j = 0; j < NJ; j++) {
                         const uint4 xv = *reinterpret_cast<const uint4 *>(
                             xs + (j * 8 + g) * XS + pl2 + 4 * c);
+                        const uint32_t b00 = xv.x, b01 = xv.y, b10 = xv.z, b11 = xv.w;
+                        uint32_t l00 = 0, l01 = 0, l10 = 0, l11 = 0;
+                        if (LO) {
+                            const uint4 lv = *reinterpret_cast<const uint4 *>(
+                                xl + (j * 8 + g) * XS + pl2 + 4 * c);
+                            l00 = lv.x, l01 = lv.y, l10 = lv.z, l11 = lv.w;
+                        }
 #pragma unroll
                         for (int s2 = 0; s2 < 2; s2++) {
                             const float z[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                             float tmp[4];
-                            mma_bf16_16816(tmp, a[s2][0], xv.x, xv.y, z);
-                            mma_bf16_16816(tmp, a[s2][1], xv.z, xv.w, tmp);
+                            mma_bf16_16816(tmp, a[s2][0], b00, b01, z);
+                            mma_bf16_16816(tmp, a[s2][1], b10, b11, tmp);
+                            if (LO) {
+                                mma_bf16_16816(tmp, a[s2][0], l00, l01, tmp);
+                                mma_bf16_16816(tmp, a[s2][1], l10, l11, tmp);
+                            }
 #pragma unroll
-                            for (int q = 0; q < AQ; q++) {
-                                // SPLIT: columns 2c, 2c + 1 (q, q + 1 of the fragment) hold
-                                // slot j * 4 + c's hi and lo products, rows g and g + 8
-                                const float t = SPLIT ? tmp[2 * q] + tmp[2 * q + 1] : tmp[q];
-                                const float sq = sv[2 * s2 + (SPLIT ? q : q >> 1)];
-                                const float v = acc[j][s2][q] + t * sq;
+                            for (int q = 0; q < 4; q++) {
+                                const float v = acc[j][s2][q] + tmp[q] * sv[2 * s2 + (q >> 1)];
                                 acc[j][s2][q] = live ? v : acc[j][s2][q];
                             }
                         }
                     }
                 }
             };
-            // n-tiles holding the unit's slots (3 round up to 4, 5-7 to 8)
-            const int nj = SPLIT ? (mp + 3) >> 2 : (mp + 7) >> 3;
+            // n-tiles holding the unit's slots (NTT = 4: 3 rounds up to 4)
+            const int nj = (mp + 7) >> 3;
+            using lo_t = std::integral_constant<bool, SPLIT>;
             auto run = [&](auto full_tag) {
-                if (nj <= 1)
-                    consume(std::integral_constant<int, 1>(), full_tag);
-                else if (NTS <= 2 || nj <= 2)
-                    consume(std::integral_constant<int, (NTS < 2 ? NTS : 2)>(), full_tag);
-                else if (NTS <= 4 || nj <= 4)
-                    consume(std::integral_constant<int, (NTS < 4 ? NTS : 4)>(), full_tag);
+                if (packed)
+                    consume(std::integral_constant<int, 1>(), full_tag, std::false_type());
+                else if (NTT == 1 || nj == 1)
+                    consume(std::integral_constant<int, 1>(), full_tag, lo_t());
+                else if (NTT == 2 || nj == 2)
+                    consume(std::integral_constant<int, NTT < 2 ? 1 : 2>(), full_tag, lo_t());
                 else
-                    consume(std::integral_constant<int, NTS>(), full_tag);
+                    consume(std::integral_constant<int, NTT>(), full_tag, lo_t());
             };
             if (nk == KCB) run(std::true_type());
             else run(std::false_type());
@@ -535,15 +541,21 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
         }
     } while ((kc0 += KCB) < kb1);
     if (nt < NT) {
-#pragma unroll
-        for (int j = 0; j < NTS; j++)
+        if (packed) // column m + 4 holds slot m's lo product: lane c + 2 (lane ^ 2) has it
 #pragma unroll
             for (int s2 = 0; s2 < 2; s2++)
 #pragma unroll
-                for (int q = 0; q < AQ; q++) {
-                    const int tok = SPLIT ? j * 4 + c : j * 8 + 2 * c + (q & 1);
-                    if (tok >= mp) continue;
-                    const int rl = g + ((SPLIT ? q : q >> 1) ? 8 : 0); // row in the 16-row half
+                for (int q = 0; q < 4; q++)
+                    acc[0][s2][q] += __shfl_xor_sync(0xffffffffu, acc[0][s2][q], 2);
+#pragma unroll
+        for (int j = 0; j < NTT; j++)
+#pragma unroll
+            for (int s2 = 0; s2 < 2; s2++)
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    int tok = j * 8 + 2 * c + (q & 1);
+                    if (tok >= mp) continue; // packed: lanes c >= 2 hold columns 4-7, tok >= 4
+                    int rl = g + (q >= 2 ? 8 : 0); // row within the 16-row half
                     int n = gate_up ? (s2 == 0 ? nt * 16 + rl : I + nt * 16 + rl)
                                     : nt * 32 + s2 * 16 + rl;
                     part[((size_t)ks * A + slot0 + tok) * N + n] = acc[j][s2][q];

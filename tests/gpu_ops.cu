@@ -614,50 +614,6 @@ static void check_moe(pair *p, int T) {
     free(hic), free(hig), free(hwc), free(hwg), free(hx);
 }
 
-// 5..8 rows on the same K experts (each expert holds every row: more slots than share one MMA
-// tile with their lo halves), then each row alone (one slot per expert: the shared tile). The
-// step's split plan is the same for both (K items, the same kernel below 9 rows), so a row's
-// bits must not change: a token's result does not depend on how many tokens share its experts
-// (speculative verification equals plain decoding). b: the T-row batch, set again at the end.
-static void check_moe_rows(pair *p, const k25_batch *b) {
-    const k25_config *cfg = p->cfg;
-    const int T = b->T, l = first_moe(&p->wg);
-    if (T < 5 || T > 8 || l < 0 || !want("moe")) return;
-    const int D = cfg->hidden, K = cfg->top_k, E = cfg->n_experts;
-    const k25_layer *Lg = &p->wg.layers[l];
-    float *hx = (float *)k25_malloc(sizeof(float) * (size_t)T * D);
-    float *hw = (float *)k25_malloc(sizeof(float) * (size_t)T * K);
-    int32_t *hi = (int32_t *)k25_malloc(sizeof(int32_t) * (size_t)T * K);
-    fill_randn(hx, (size_t)T * D, 1.0f);
-    const int step = (E - 1) / K > 0 ? (E - 1) / K : 1;
-    for (int t = 0; t < T; t++)
-        for (int k = 0; k < K; k++) hi[t * K + k] = (2 + k * step) % E, hw[t * K + k] = 1.0f / (k + 1);
-    float *x = (float *)p->gpu->alloc(p->gpu, sizeof(float) * (size_t)T * D);
-    float *y = (float *)p->gpu->alloc(p->gpu, sizeof(float) * (size_t)T * D);
-    float *y1 = (float *)p->gpu->alloc(p->gpu, sizeof(float) * (size_t)T * D);
-    float *w = (float *)p->gpu->alloc(p->gpu, sizeof(float) * (size_t)T * K);
-    int32_t *ix = (int32_t *)p->gpu->alloc(p->gpu, sizeof(int32_t) * (size_t)T * K);
-    p->gpu->to_device(p->gpu, x, hx, sizeof(float) * (size_t)T * D);
-    p->gpu->to_device(p->gpu, w, hw, sizeof(float) * (size_t)T * K);
-    p->gpu->to_device(p->gpu, ix, hi, sizeof(int32_t) * (size_t)T * K);
-    p->gpu->moe(p->gpu, x, Lg, ix, w, y);
-    int start[1] = {0};
-    batch_buf one;
-    batch_make(&one, cfg, 1, 1, start, 64, 64);
-    p->gpu->set_batch(p->gpu, &one.b);
-    for (int t = 0; t < T; t++)
-        p->gpu->moe(p->gpu, x + (size_t)t * D, Lg, ix + t * K, w + t * K, y1 + (size_t)t * D);
-    p->gpu->sync(p->gpu);
-    size_t diff = gpu_bits_differ(p, y, y1, (size_t)T * D);
-    report(diff == 0, "moe rows alone T=%-4d same bits as in one step (%d slots per expert there, "
-           "1 alone): %zu values differ", T, T, diff);
-    p->gpu->set_batch(p->gpu, b);
-    batch_free(&one);
-    p->gpu->free(p->gpu, x), p->gpu->free(p->gpu, y), p->gpu->free(p->gpu, y1);
-    p->gpu->free(p->gpu, w), p->gpu->free(p->gpu, ix);
-    free(hx), free(hw), free(hi);
-}
-
 // Prefill of ctx + s * skew positions for sequence s in chunks (rows of the sequences not yet
 // at their length, interleaved), then one step of T_decode rows (T_decode / n_seq per sequence:
 // batch decode, or a verification step causal within itself); compares every call.
@@ -911,7 +867,6 @@ int main(int argc, char **argv) {
         check_rows_ops(&p, rows[i]);
         check_matmuls(&p, rows[i]);
         check_moe(&p, rows[i]);
-        check_moe_rows(&p, &bb.b);
         batch_free(&bb);
     }
     check_mla(&p, 1, 1, ctx, 64, 0);
