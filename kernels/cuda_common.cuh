@@ -134,7 +134,8 @@ __device__ __forceinline__ float k25_bf16_hi(uint32_t packed) {
 __device__ __forceinline__ float k25_bf16f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
 
 // V consecutive f32 (V = 4: one 16-byte access, the pointer 16-byte aligned) or bf16 (V = 4: one
-// 8-byte store) values, for the element-wise kernels' vector paths.
+// 8-byte store) values, for the vector paths of the element-wise kernels, MLA's split and the
+// MoE combine.
 template <int V> __device__ __forceinline__ void k25_ldv(const float *p, float (&r)[V]) {
     if constexpr (V == 4) {
         const float4 q = *reinterpret_cast<const float4 *>(p);

@@ -2,7 +2,6 @@
 // residual add), SiLU*up, add, f32 -> bf16 conversion, and the launch-check helpers.
 #include <stdlib.h>
 #include <algorithm>
-#include <initializer_list>
 #include <string.h>
 
 #include "cuda_kernels.cuh"

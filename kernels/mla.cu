@@ -746,8 +746,7 @@ __global__ void mla_split_kernel(const float *src, int rows, int width, int ld,
 
 static void mla_split(const float *src, int rows, int width, int ld, uint16_t *hi, uint16_t *lo,
                       cudaStream_t s) {
-    const bool v4 = width % 4 == 0 && ld % 4 == 0 && ((uintptr_t)src & 15) == 0 &&
-                    ((uintptr_t)hi & 7) == 0 && ((uintptr_t)lo & 7) == 0;
+    const bool v4 = ld % 4 == 0 && k25_vec4((size_t)width, {src}, {hi, lo});
     const size_t n = (size_t)rows * width / (v4 ? 4 : 1);
     const unsigned blocks = (unsigned)(n < (size_t)1 << 20 ? k25_cdiv((int64_t)n, 256) : 4096);
     if (v4)
