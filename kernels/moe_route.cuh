@@ -11,19 +11,32 @@
 #define W4_ITEM_BITS 6
 static_assert(K25K_MOE_PASS < (1 << W4_ITEM_BITS), "an item's slot count fits its bits");
 
-// Split-K plan of an N x K GEMM over `items` work items: at most `target` (item, row-block,
-// split) units (the resident blocks, one unit each; up to three times as many shorter units,
-// taken from the ticket counter as blocks finish, measured 20-28% slower at the TP1 and TP2
-// shapes with 1-16 tokens per expert), at least 2 k-blocks per split, no empty split. The split
-// count does not grow with items, nor shrink with target, which bounds the workspace by the
-// fewest items a step can have and the largest target.
-__host__ __device__ static inline void moe_plan(int N, int K, int items, int target,
+// Split-K plan of an N x K GEMM over `items` work items, at least 2 k-blocks per split, no empty
+// split: at most `target` (item, row-block, split) units, the resident blocks, one unit each
+// (up to three times as many shorter units, taken from the ticket counter as blocks finish,
+// measured 20-28% slower at the TP1 and TP2 shapes with 1-16 tokens per expert, where the units
+// are about equally long). over > 1, for items of unequal length (many slots, see
+// moe_route_block): up to over x target units, so that the ticket counter can even out the
+// blocks, but splits of at least K25K_MOE_OVER_KB k-blocks (each split costs a unit's start and
+// its partial sums: 32 rows of the synthetic model lost 25% with 10 splits of 23 k-blocks in
+// place of 3). The split count does not grow with items, nor shrink with target or over, which
+// bounds the workspace by the fewest items a step can have, the largest target and
+// K25K_MOE_OVER.
+#define K25K_MOE_OVER 3
+#define K25K_MOE_OVER_KB 56
+__host__ __device__ static inline void moe_plan(int N, int K, int items, int target, int over,
                                                 int *n_splits, int *kb_per_split) {
     const int KB = K / 32 > 0 ? K / 32 : 1;
     const int rbs = (N / 32 + W4_NW - 1) / W4_NW > 0 ? (N / 32 + W4_NW - 1) / W4_NW : 1;
     const long long base = (long long)rbs * (items > 0 ? items : 1);
     const long long want = target > 0 ? target : 1;
     int ns = base >= want ? 1 : (int)(want / base);
+    if (over > 1) {
+        long long more = (over * want + base - 1) / base;
+        const int most = KB / K25K_MOE_OVER_KB;
+        if (more > most) more = most;
+        if (more > ns) ns = (int)more;
+    }
     const int cap = KB / 2 > 0 ? KB / 2 : 1; // keep >= 2 k-blocks per split
     if (ns > cap) ns = cap;
     const int per = (KB + ns - 1) / ns;
@@ -42,7 +55,8 @@ __host__ __device__ static inline void moe_plan(int N, int K, int items, int tar
 // just written it. sm: 2 * E ints of shared memory (k25k_moe_route_smem).
 static __device__ __forceinline__ void moe_route_block(const int32_t *idx, int A, int top_k,
                                                        int E, int I, int D, int target,
-                                                       const k25k_moe_route &r, int *sm) {
+                                                       int long_slots, const k25k_moe_route &r,
+                                                       int *sm) {
     int *cnt = sm, *fill = sm + E;
     __shared__ int tot[32];
     __shared__ int run_slots, run_active, run_items;
@@ -57,6 +71,37 @@ static __device__ __forceinline__ void moe_route_block(const int32_t *idx, int A
             atomicExch(r.err, 1);
     }
     __syncthreads();
+    // Above 16 rows (the GEMM's items of up to 32 slots) a unit's time grows with its item's
+    // slots (1 to 4 MMA n-tiles). Where the items hold long_slots slots or more on average, a
+    // step has only 1-2 units per resident block, and taken in expert order the blocks that draw
+    // the long units end last. The items are then placed in descending slot count (a counting
+    // sort; the order inside a count follows the atomics, which only reorders independent
+    // units), so that the longest run first and the short ones fill in behind them, and the
+    // plans over-split (moe_plan's over).
+    __shared__ int next_of_len[K25K_MOE_PASS + 1]; // next item position of each slot count
+    __shared__ int long_items;
+    const bool may_sort = long_slots > 0 && A > 16 * top_k;
+    if (may_sort) {
+        for (int n = threadIdx.x; n <= K25K_MOE_PASS; n += blockDim.x) next_of_len[n] = 0;
+        __syncthreads();
+        for (int e = threadIdx.x; e < E; e += blockDim.x) {
+            const int v = cnt[e];
+            if (v >= K25K_MOE_PASS) atomicAdd(&next_of_len[K25K_MOE_PASS], v / K25K_MOE_PASS);
+            if (v % K25K_MOE_PASS) atomicAdd(&next_of_len[v % K25K_MOE_PASS], 1);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int at = 0;
+            for (int n = K25K_MOE_PASS; n >= 1; n--) {
+                const int c = next_of_len[n];
+                next_of_len[n] = at;
+                at += c;
+            }
+            long_items = A >= long_slots * at; // at: the step's items
+        }
+        __syncthreads();
+    }
+    const bool by_length = may_sort && long_items;
     for (int base = 0; base < E; base += blockDim.x) {
         int e = base + threadIdx.x;
         int v = e < E ? cnt[e] : 0, f = v > 0, np = (v + K25K_MOE_PASS - 1) / K25K_MOE_PASS;
@@ -71,9 +116,10 @@ static __device__ __forceinline__ void moe_route_block(const int32_t *idx, int A
             fill[e] = off;
             if (f) r.active[run_active + iff - 1] = e;
             for (int p = 0, it = run_items + ip - np; p < np; p++, it++) {
-                r.item_expert[it] = e;
                 const int n = min(K25K_MOE_PASS, v - p * K25K_MOE_PASS);
-                r.item_p0[it] = ((off + p * K25K_MOE_PASS) << W4_ITEM_BITS) | n;
+                const int at = by_length ? atomicAdd(&next_of_len[n], 1) : it;
+                r.item_expert[at] = e;
+                r.item_p0[at] = ((off + p * K25K_MOE_PASS) << W4_ITEM_BITS) | n;
             }
         }
         __syncthreads();
@@ -90,8 +136,9 @@ static __device__ __forceinline__ void moe_route_block(const int32_t *idx, int A
         *r.n_items = run_items;
         const int lo = (A + K25K_MOE_PASS - 1) / K25K_MOE_PASS;
         const int items = run_items > lo ? run_items : lo;
-        moe_plan(2 * I, D, items, target, &r.plan[0], &r.plan[1]);
-        moe_plan(D, I, items, target, &r.plan[2], &r.plan[3]);
+        const int over = by_length ? K25K_MOE_OVER : 1;
+        moe_plan(2 * I, D, items, target, over, &r.plan[0], &r.plan[1]);
+        moe_plan(D, I, items, target, over, &r.plan[2], &r.plan[3]);
     }
     __syncthreads();
     for (int a = threadIdx.x; a < A; a += blockDim.x) {

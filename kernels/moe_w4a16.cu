@@ -45,11 +45,24 @@
 // The routing sort as a kernel of its own (moe_route.cuh).
 __global__ void __launch_bounds__(1024) moe_route_kernel(const int32_t *__restrict__ idx, int A,
                                                          int top_k, int E, int I, int D,
-                                                         int target, k25k_moe_route r) {
+                                                         int target, int long_slots,
+                                                         k25k_moe_route r) {
     extern __shared__ int sm[];
     k25_pdl_trigger();
     k25_pdl_wait();
-    moe_route_block(idx, A, top_k, E, I, D, target, r, sm);
+    moe_route_block(idx, A, top_k, E, I, D, target, long_slots, r, sm);
+}
+
+// Slots per item on average from which a step's items count as long (moe_route_block):
+// K25_MOE_LONG_SLOTS, 0 = never (bench/NOTES.md: the same at 4 and 8 from 32 to 256 rows).
+static int moe_long_slots(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("K25_MOE_LONG_SLOTS");
+        v = e && *e ? atoi(e) : 8;
+        if (v < 0) v = 0;
+    }
+    return v;
 }
 
 size_t k25k_moe_route_smem(int A, int E) {
@@ -65,7 +78,7 @@ void k25k_moe_sort(const int32_t *idx, int T, int top_k, int E, int I, int D, in
     int A = T * top_k;
     if (A <= 0) return;
     k25_launch("moe_route", moe_route_kernel, 1, 1024, k25k_moe_route_smem(A, E), s, idx, A,
-               top_k, E, I, D, k25k_moe_route_target(T, num_sms), *r);
+               top_k, E, I, D, k25k_moe_route_target(T, num_sms), moe_long_slots(), *r);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -645,7 +658,7 @@ size_t k25k_moe_part_floats(int N, int K, int A, int num_sms) {
     if (t2 > target) target = t2;
     if (t4 > target) target = t4;
     int ns, kb;
-    moe_plan(N, K, (int)k25_cdiv(A, K25K_MOE_PASS), target, &ns, &kb);
+    moe_plan(N, K, (int)k25_cdiv(A, K25K_MOE_PASS), target, K25K_MOE_OVER, &ns, &kb);
     return (size_t)ns * A * N;
 }
 
@@ -673,8 +686,10 @@ void k25k_moe_w4a16_gemm(const uint32_t *Wt, const uint16_t *St, int E, int N, i
     size_t w_stride = (size_t)(N / 32) * (K / 32) * 32; // uint4 per expert
     size_t s_stride = (size_t)(N / 32) * (K / 32) * 8;  // uint2 per expert
     const int64_t rbs = k25_cdiv(N / 32, W4_NW);
-    // units = items x rbs x n_splits <= target + items x rbs (moe_plan): no more blocks
-    int64_t mu = (int64_t)w4_resident(T, num_sms) + rbs * k25k_moe_max_items(T, top_k, E);
+    // units = items x rbs x n_splits <= K25K_MOE_OVER x target + items x rbs (moe_plan): no
+    // more blocks
+    int64_t mu = (int64_t)K25K_MOE_OVER * w4_resident(T, num_sms) +
+                 rbs * k25k_moe_max_items(T, top_k, E);
     const int max_units = (int)(mu < (1 << 30) ? mu : (1 << 30));
     const uint4 *w4 = reinterpret_cast<const uint4 *>(Wt);
     const uint2 *s2 = reinterpret_cast<const uint2 *>(St);
