@@ -57,7 +57,7 @@ void k25k_matmul_lt(k25k_blas *b, const float *x, const uint16_t *W, int T, int 
 void k25k_matmul_lt_bf16(k25k_blas *b, const uint16_t *xb, const uint16_t *W, int T, int N, int K,
                          float *y, cudaStream_t s);
 // GEMV for T <= K25_GEMV_MAX_T (default K25K_GEMV_MAX_T_DEFAULT), cuBLASLt above.
-#define K25K_GEMV_MAX_T_DEFAULT 8
+#define K25K_GEMV_MAX_T_DEFAULT 4
 void k25k_matmul(k25k_blas *b, const float *x, const uint16_t *W, int T, int N, int K, float *y,
                  cudaStream_t s);
 // Two projections of the same activations (same K) in one tile-GEMV launch over N1 + N2 rows:

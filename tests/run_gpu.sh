@@ -195,12 +195,15 @@ PY"
     # MoE's bits depend on a step's rows (its split plan follows the step's work items, and up to
     # 4 slots an expert's hi and lo products share one MMA tile): the one-GPU reference prefills
     # in chunks of 4, the same steps, so the stages' hand-off must give its logits bit for bit.
+    # The last stage runs the lm_head once on the step's 8 rows where the reference runs it on 4:
+    # both runs keep projections of up to 8 rows on the GEMV (K25_GEMV_MAX_T=8), whose rows do
+    # not depend on the other rows of a call (cuBLASLt's do).
     if [ "$ngpu" -ge 2 ]; then
         pp_eq() { # pp_eq NAME MODEL-ARGS...: np 2 --pp 2 and np 2 TP against np 1
             local name=$1; shift
-            check "$name" 300 bash -c "$K25 $* --backend cuda -n 24 --temp 0 --print-ids \
+            check "$name" 300 bash -c "K25_GEMV_MAX_T=8 $K25 $* --backend cuda -n 24 --temp 0 --print-ids \
                 --set run.prefill_chunk=4 --dump-logits $tmp/$name.one >$tmp/$name.one.ids && \
-                mpirun -np 2 $K25 $* --backend cuda -n 24 --temp 0 --print-ids --pp 2 \
+                K25_GEMV_MAX_T=8 mpirun -np 2 $K25 $* --backend cuda -n 24 --temp 0 --print-ids --pp 2 \
                 --dump-logits $tmp/$name.pp >$tmp/$name.pp.ids && \
                 mpirun -np 2 $K25 $* --backend cuda -n 24 --temp 0 --print-ids \
                 --dump-logits $tmp/$name.tp >$tmp/$name.tp.ids && \
