@@ -58,6 +58,7 @@ typedef struct bench_args {
     int prompts_factor;
     uint64_t seed;
     int profile_steps;
+    int profile_only; // the decode steps alone: no warm-up, no measured run
     int warmup;
     int help;
     // speculative decoding: draft, k, and the runs per level (the real draft, or the
@@ -96,6 +97,9 @@ static void usage(FILE *f) {
         "  --no-warmup             skip the short warm-up run before each level\n"
         "  --profile-steps N       decode steps timed per operation group at each level after\n"
         "                          the measured run (default 3; 0: no breakdown)\n"
+        "  --profile-only          only the decode steps of the whole batch and their breakdown\n"
+        "                          (no warm-up, no measured run: seconds where a level takes\n"
+        "                          minutes; for A/B timing of a change)\n"
         "speculative decoding (each level runs plain, then with drafts):\n"
         "  --spec-draft SRC        ngram[:N], model:DIR, model:FILE.ini[@SEED] or eagle3:DIR\n"
         "  --spec-k K              tokens drafted per step (default 3)\n"
@@ -142,6 +146,10 @@ static int parse_args(int argc, char **argv, bench_args *a, char *err) {
         }
         if (!strcmp(f, "--no-warmup")) {
             a->warmup = 0;
+            continue;
+        }
+        if (!strcmp(f, "--profile-only")) {
+            a->profile_only = 1;
             continue;
         }
         if (i + 1 >= argc) return k25_err(err, "%s: missing value", f);
@@ -242,6 +250,10 @@ static int parse_args(int argc, char **argv, bench_args *a, char *err) {
         return k25_err(err, "--config %s has no weights: add --synthetic SEED", a->config_file);
     if ((a->spec_k || a->n_spec_modes) && !a->spec_draft)
         return k25_err(err, "--spec-k / --spec-accept need --spec-draft");
+    if (a->profile_only && a->spec_draft)
+        return k25_err(err, "--profile-only times plain decode steps: not with --spec-draft");
+    if (a->profile_only && a->profile_steps == 0)
+        return k25_err(err, "--profile-only with --profile-steps 0 would time nothing");
     if (a->spec_draft && !a->spec_k) a->spec_k = 3;
     if (a->spec_draft && !a->n_spec_modes) a->n_spec_modes = 1; // the draft's own tokens
     return 0;
@@ -936,23 +948,27 @@ static char *level_json(const level_result *r, const run_desc *d, const bench_ar
     cJSON_AddNumberToObject(o, "output_len", a->output_len);
     cJSON_AddNumberToObject(o, "range_ratio", a->range_ratio);
     cJSON_AddNumberToObject(o, "seed", (double)a->seed);
-    cJSON_AddNumberToObject(o, "max_concurrency", m->concurrency);
-    cJSON_AddNumberToObject(o, "num_prompts", m->n_requests);
-    cJSON_AddNumberToObject(o, "completed", m->n_completed);
-    cJSON_AddNumberToObject(o, "total_input_tokens", (double)m->in_tokens);
-    cJSON_AddNumberToObject(o, "total_output_tokens", (double)m->out_tokens);
-    cJSON_AddNumberToObject(o, "duration", m->duration_s);
-    cJSON_AddNumberToObject(o, "request_throughput", m->req_per_s);
-    cJSON_AddNumberToObject(o, "output_throughput", m->out_tok_per_s);
-    cJSON_AddNumberToObject(o, "total_token_throughput", m->total_tok_per_s);
-    add_stat(o, "ttft", &m->ttft_ms);
-    add_stat(o, "tpot", &m->tpot_ms);
-    add_stat(o, "itl", &m->itl_ms);
-    add_stat(o, "e2el", &m->e2el_ms);
+    if (a->profile_only) { // no measured run: no serving metrics
+        cJSON_AddTrueToObject(o, "profile_only");
+    } else {
+        cJSON_AddNumberToObject(o, "max_concurrency", m->concurrency);
+        cJSON_AddNumberToObject(o, "num_prompts", m->n_requests);
+        cJSON_AddNumberToObject(o, "completed", m->n_completed);
+        cJSON_AddNumberToObject(o, "total_input_tokens", (double)m->in_tokens);
+        cJSON_AddNumberToObject(o, "total_output_tokens", (double)m->out_tokens);
+        cJSON_AddNumberToObject(o, "duration", m->duration_s);
+        cJSON_AddNumberToObject(o, "request_throughput", m->req_per_s);
+        cJSON_AddNumberToObject(o, "output_throughput", m->out_tok_per_s);
+        cJSON_AddNumberToObject(o, "total_token_throughput", m->total_tok_per_s);
+        add_stat(o, "ttft", &m->ttft_ms);
+        add_stat(o, "tpot", &m->tpot_ms);
+        add_stat(o, "itl", &m->itl_ms);
+        add_stat(o, "e2el", &m->e2el_ms);
+        cJSON_AddNumberToObject(o, "engine_steps", (double)r->steps);
+        cJSON_AddNumberToObject(o, "mean_decode_rows", r->mean_decode_rows);
+        cJSON_AddNumberToObject(o, "mean_rows", r->mean_rows);
+    }
     cJSON_AddNumberToObject(o, "peak_mem_bytes", (double)r->mem_peak);
-    cJSON_AddNumberToObject(o, "engine_steps", (double)r->steps);
-    cJSON_AddNumberToObject(o, "mean_decode_rows", r->mean_decode_rows);
-    cJSON_AddNumberToObject(o, "mean_rows", r->mean_rows);
     if (r->n_spec) cJSON_AddItemToObject(o, "speculative", spec_json(r, a));
     if (r->have_profile) {
         cJSON *p = cJSON_AddObjectToObject(o, "decode_profile");
@@ -1242,7 +1258,7 @@ int main(int argc, char **argv) {
     describe(&desc, &a, &cfg, &d, &in, argc, argv);
     if (d.world_rank == 0) {
         print_desc(&desc, &a, &cfg);
-        print_table_head();
+        if (!a.profile_only) print_table_head();
     }
 
     // ---- the sweep ----
@@ -1256,10 +1272,10 @@ int main(int argc, char **argv) {
         workload w;
         make_workload(&w, &a, &cfg, conc, a.prompts_factor * conc);
         k25_log("k25bench: concurrency %d: %d requests\n", conc, w.n);
-        if (a.warmup) warm_up(in.m, &cfg, &w, conc, &d);
+        if (a.warmup && !a.profile_only) warm_up(in.m, &cfg, &w, conc, &d);
         int32_t **ref = spec ? k25_calloc((size_t)w.n, sizeof(int32_t *)) : NULL;
         keep_tokens = ref; // the plain run's tokens: the oracle's reference
-        if (!bench_stopped) measure(in.m, &cfg, &w, conc, &d, &res[li]);
+        if (!bench_stopped && !a.profile_only) measure(in.m, &cfg, &w, conc, &d, &res[li]);
         keep_tokens = NULL;
         if (a.profile_steps > 0 && !bench_stopped)
             profile(&in, &cfg, &w, conc, a.profile_steps, &d, &res[li]);
@@ -1279,7 +1295,7 @@ int main(int argc, char **argv) {
                                 d.world));
         free_workload(&w);
         if (d.world_rank == 0) {
-            print_table_row(&res[li]);
+            if (!a.profile_only) print_table_row(&res[li]);
             lines[li] = level_json(&res[li], &desc, &a, &cfg);
             if (a.json) write_json(a.json, lines, li + 1);
         }

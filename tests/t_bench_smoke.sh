@@ -2,7 +2,8 @@
 # k25bench end to end on 2 ranks with the tiny model: the '#' description, the markdown table
 # and the JSON lines (every level present, request and token counts as asked, every metric
 # positive, median <= p99, throughputs and latencies consistent with each other). No timing
-# thresholds. Also: a bad command line fails on every rank with a message.
+# thresholds. Also: --profile-only (the decode-step table alone), and a bad command line fails on
+# every rank with a message.
 set -u
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 bin=./k25bench
@@ -67,7 +68,26 @@ for o in lines:
 print("json ok")
 PY
 
+# --profile-only: the decode-step table alone (no serving table), JSON without serving metrics.
+timeout 300 mpirun -np 2 "$bin" --config config/tiny.ini --synthetic 1 --concurrency 1,4 \
+    --input-len 16 --output-len 8 --profile-only --json "$tmp/po.jsonl" >"$tmp/po.out" 2>&1 \
+    || { cat "$tmp/po.out"; fail "--profile-only run"; }
+grep -q '| *reqs *|' "$tmp/po.out" && fail "--profile-only printed the serving table"
+rows=$(awk -F'|' '/^\| *[0-9]/ {gsub(/ /,""); print $2, $3}' "$tmp/po.out")
+[ "$rows" = $'1 16\n4 16' ] || fail "--profile-only decode rows (conc ctx): '$rows'"
+python3 - "$tmp/po.jsonl" <<'PY' || fail "--profile-only JSON check"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+assert [o["decode_profile"]["batch"] for o in lines] == [1, 4], lines
+for o in lines:
+    assert o["profile_only"] is True and "output_throughput" not in o, sorted(o)
+    assert o["decode_profile"]["graph_step_ms"] > 0 and o["peak_mem_bytes"] > 0
+PY
+
 # Bad command lines: every rank exits non-zero, with a message.
+out=$(timeout 60 mpirun -np 2 "$bin" --config config/tiny.ini --synthetic 1 --profile-only \
+    --spec-draft ngram 2>&1) && fail "--profile-only with --spec-draft accepted"
+grep -q -- "--profile-only times plain decode steps" <<<"$out" || fail "no message about --profile-only: $out"
 out=$(timeout 60 mpirun -np 2 "$bin" --config config/tiny.ini 2>&1) && fail "--config without --synthetic accepted"
 grep -q -- "--synthetic" <<<"$out" || fail "no hint about --synthetic: $out"
 out=$(timeout 60 mpirun -np 2 "$bin" --config config/tiny.ini --synthetic 1 --concurrency 0 2>&1) \
