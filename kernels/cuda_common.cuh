@@ -39,6 +39,8 @@
 // Non-zero when environment variable `name` is set to anything but "" or "0" (the backend's
 // switches; callers read it once).
 int k25_env_flag(const char *name);
+// An integer knob: the variable's value, or dflt when it is unset or empty.
+int k25_env_int(const char *name, int dflt);
 int k25_cuda_debug_sync(void);
 void k25_cuda_launch_check(cudaStream_t s, const char *what, const char *file, int line);
 #define K25_LAUNCH_CHECK(stream, what) k25_cuda_launch_check((stream), (what), __FILE__, __LINE__)

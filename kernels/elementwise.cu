@@ -15,6 +15,11 @@ int k25_env_flag(const char *name) {
     return e && *e && strcmp(e, "0") != 0;
 }
 
+int k25_env_int(const char *name, int dflt) {
+    const char *e = getenv(name);
+    return e && *e ? atoi(e) : dflt;
+}
+
 int k25_cuda_debug_sync(void) {
     static int v = -1;
     if (v < 0) v = k25_env_flag("K25_CUDA_SYNC");

@@ -457,12 +457,13 @@ k25k_blas *k25k_blas_create(size_t workspace_bytes) {
     gemv_allow_smem<1, true>(), gemv_allow_smem<2, true>(), gemv_allow_smem<4, true>();
     gemv_allow_smem<8, true>(), gemv_allow_smem<16, true>();
     CUDA_CHECK(cudaMalloc(&b->workspace, b->ws_bytes));
-    const char *e = getenv("K25_GEMV_MAX_T");
     // Measured on H200 (bench/micro_matmul): the tile GEMV beats cuBLASLt's two bf16 products
     // by 1.1-2x at T = 4 and loses at T = 16 (0.4-0.9x: its f32 FMAs, 2 T flops per 2-byte
-    // weight, then outrun the CUDA cores), so it takes steps of up to 8 rows, where a row's
-    // result also does not depend on T (speculative verification = plain decoding bit for bit).
-    b->gemv_max_t = e && *e ? atoi(e) : K25K_GEMV_MAX_T_DEFAULT;
+    // weight, then outrun the CUDA cores); at T = 5-8 the whole step in a graph was ~2.5 ms
+    // slower with it (bench/NOTES.md, tenth round), so it takes steps of up to 4 rows, where a
+    // row's result also does not depend on T (speculative verification at k = 3 = plain
+    // decoding bit for bit).
+    b->gemv_max_t = k25_env_int("K25_GEMV_MAX_T", K25K_GEMV_MAX_T_DEFAULT);
     return b;
 }
 
@@ -517,10 +518,7 @@ int k25k_blas_gemv_max_t(const k25k_blas *b) { return b->gemv_max_t; }
 
 int k25k_lt_one_pass_rows(void) {
     static int rows = -1;
-    if (rows < 0) {
-        const char *e = getenv("K25_LT_ONE_PASS_T");
-        rows = e && *e ? atoi(e) : K25K_LT_ONE_PASS_T_DEFAULT;
-    }
+    if (rows < 0) rows = k25_env_int("K25_LT_ONE_PASS_T", K25K_LT_ONE_PASS_T_DEFAULT);
     return rows;
 }
 

@@ -58,9 +58,8 @@ __global__ void __launch_bounds__(1024) moe_route_kernel(const int32_t *__restri
 static int moe_long_slots(void) {
     static int v = -1;
     if (v < 0) {
-        const char *e = getenv("K25_MOE_LONG_SLOTS");
-        v = e && *e ? atoi(e) : 8;
-        if (v < 0) v = 0;
+        const int e = k25_env_int("K25_MOE_LONG_SLOTS", 8);
+        v = e > 0 ? e : 0;
     }
     return v;
 }
