@@ -477,6 +477,9 @@ static void print_desc(const run_desc *r, const bench_args *a, const k25_config 
         printf("# SIMULATED SHARD: %d TP ranks run ranks 0..%d's shares of tp %d (all-reduces "
                "across the %d): per-rank work of the larger run, outputs are not the model's\n",
                r->tp, r->tp - 1, r->sim_tp, r->tp);
+    if (c->uniform_routing)
+        printf("# UNIFORM ROUTING: every row's experts drawn uniformly (run.uniform_routing), not "
+               "the router's: the spread of a load-balanced router, outputs are not the model's\n");
     if (r->pp > 1) {
         int *first = k25_malloc(sizeof(int) * (size_t)(r->pp + 1));
         char err[K25_ERR_LEN];
@@ -935,6 +938,7 @@ static char *level_json(const level_result *r, const run_desc *d, const bench_ar
     cJSON_AddNumberToObject(o, "tp", d->tp);
     cJSON_AddNumberToObject(o, "pp", d->pp);
     if (d->sim_tp) cJSON_AddNumberToObject(o, "sim_tp", d->sim_tp);
+    if (c->uniform_routing) cJSON_AddTrueToObject(o, "uniform_routing");
     cJSON_AddStringToObject(o, "backend", d->backend);
     cJSON_AddStringToObject(o, "nccl", d->nccl);
     cJSON_AddStringToObject(o, "model", d->model);

@@ -737,8 +737,10 @@ static void cuda_router(k25_backend *be, const float *x, const k25_layer *L, int
     const int sorted = k25k_router_topk(
         c->ws_logits, (const float *)L->router_bias.dev, c->T, E, cfg->n_group, cfg->topk_group,
         cfg->top_k, cfg->norm_topk_prob, cfg->routed_scale, idx, wts,
-        m && m->E == E && c->T <= c->ws_rows ? &sort : NULL, c->stream);
+        !cfg->uniform_routing && m && m->E == E && c->T <= c->ws_rows ? &sort : NULL, c->stream);
     c->sorted_idx = sorted ? idx : NULL;
+    if (cfg->uniform_routing) // the ids replaced after the top-k: the moe call sorts them
+        k25k_uniform_route(c->d_pos, c->d_seq, c->T, L->index, cfg->top_k, E, idx, c->stream);
 }
 
 static void cuda_moe(k25_backend *be, const float *x, const k25_layer *L, const int32_t *idx,

@@ -159,6 +159,10 @@ typedef struct k25k_route_sort {
 int k25k_router_topk(const float *logits, const float *bias, int T, int E, int n_group,
                      int topk_group, int top_k, int norm_topk, float scale, int32_t *idx,
                      float *wts, const k25k_route_sort *sort, cudaStream_t s);
+// run.uniform_routing (benchmarks): overwrites idx [T][top_k] with the experts
+// k25_uniform_experts draws for each row's (layer, seq[t], pos[t]) (src/bench_routing.h).
+void k25k_uniform_route(const int32_t *pos, const int32_t *seq, int T, int layer, int top_k,
+                        int E, int32_t *idx, cudaStream_t s);
 
 // ---- mla.cu ----
 typedef struct k25k_mla_args {

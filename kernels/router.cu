@@ -15,6 +15,7 @@
 
 #include <algorithm>
 
+#include "bench_routing.h"
 #include "moe_route.cuh"
 
 // ------------------------------------------------------------------------------------------
@@ -374,3 +375,26 @@ int k25k_router_topk(const float *logits, const float *bias, int T, int E, int n
                topk_group, top_k, norm_topk, scale, idx, wts);
     return 0;
 }
+
+// ------------------------------------------------------------------------------------------
+// Uniform routing for benchmarks (run.uniform_routing)
+// ------------------------------------------------------------------------------------------
+
+// A thread per row: its experts from (layer, sequence, position), as the CPU backend draws them.
+__global__ void uniform_route_kernel(const int32_t *__restrict__ pos,
+                                     const int32_t *__restrict__ seq, int T, int layer,
+                                     int top_k, int E, int32_t *__restrict__ idx) {
+    k25_pdl_trigger();
+    k25_pdl_wait();
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < T) k25_uniform_experts(layer, seq[t], pos[t], top_k, E, idx + (size_t)t * top_k);
+}
+
+void k25k_uniform_route(const int32_t *pos, const int32_t *seq, int T, int layer, int top_k,
+                        int E, int32_t *idx, cudaStream_t s) {
+    if (T <= 0) return;
+    if (top_k > E) K25_DIE("uniform routing: top_k %d exceeds %d experts", top_k, E);
+    k25_launch("uniform_route", uniform_route_kernel, (unsigned)k25_cdiv(T, 128), 128, 0, s, pos,
+               seq, T, layer, top_k, E, idx);
+}
+

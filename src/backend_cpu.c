@@ -8,6 +8,7 @@
 #include <omp.h>
 #include <string.h>
 
+#include "bench_routing.h"
 #include "backend.h"
 #include "int4.h"
 #include "pipeline.h"
@@ -471,6 +472,8 @@ static void cpu_router(k25_backend *be, const float *x, const k25_layer *L, int3
                 idx[(size_t)t * K + k] = etop[k];
                 wts[(size_t)t * K + k] = (float)(wk * cfg->routed_scale);
             }
+            if (cfg->uniform_routing)
+                k25_uniform_experts(L->index, c->seq[t], c->pos[t], K, E, idx + (size_t)t * K);
         }
         free(etop);
         free(gtop);

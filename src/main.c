@@ -144,6 +144,9 @@ static void print_summary(const k25_dist *d, const k25_config *c, const k25_cli 
         k25_log("k25dec: weights: checkpoint %s\n", o->model_dir);
     else
         k25_log("k25dec: weights: synthetic, seed %llu\n", (unsigned long long)o->synth_seed);
+    if (c->uniform_routing)
+        k25_log("k25dec: run.uniform_routing: every row's experts are drawn uniformly, not the "
+                "router's (a benchmark load): outputs are not the model's\n");
     for (int r = 0; r < d->world_size; r++)
         k25_log("k25dec: rank %d: %.2f MiB of weights, %.2f MiB of backend memory\n", r,
                 mib((double)all[2 * r]), mib((double)all[2 * r + 1]));

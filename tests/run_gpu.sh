@@ -70,6 +70,11 @@ if [ -x "$OPS" ]; then
     check ops_group_tp2_r0 300 "$OPS" --config config/tiny_group.ini --tp 2 --rank 0 --rows 1,9,40
     check ops_kimi_tp8_r3 600 "$OPS" --config config/kimi_k25.ini --tp 8 --rank 3 \
         --set model.num_hidden_layers=2 --rows 1,5,16,67 --ctx 600
+    # run.uniform_routing: the router's ids replaced on the device exactly as on the CPU, the
+    # routing sort then in the moe call (not the router's launch) at every row count
+    check ops_kimi_tp8_uniform_routing 300 "$OPS" --config config/kimi_k25.ini --tp 8 --rank 3 \
+        --set model.num_hidden_layers=2 --set run.uniform_routing=1 --rows 1,5,67 --ctx 600 \
+        --only router
     # the grouped W4A16 GEMM is compiled apart for bf16 activations (no hi/lo split)
     check ops_kimi_tp8_moe_bf16act 300 env K25_BF16_ACTIVATIONS=1 "$OPS" --config config/kimi_k25.ini \
         --tp 8 --rank 3 --set model.num_hidden_layers=2 --rows 1,5,16,67 --ctx 600 --only moe

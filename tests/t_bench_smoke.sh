@@ -2,8 +2,8 @@
 # k25bench end to end on 2 ranks with the tiny model: the '#' description, the markdown table
 # and the JSON lines (every level present, request and token counts as asked, every metric
 # positive, median <= p99, throughputs and latencies consistent with each other). No timing
-# thresholds. Also: --profile-only (the decode-step table alone), and a bad command line fails on
-# every rank with a message.
+# thresholds. Also: --profile-only (the decode-step table alone), the run.uniform_routing label,
+# and a bad command line fails on every rank with a message.
 set -u
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 bin=./k25bench
@@ -83,6 +83,15 @@ for o in lines:
     assert o["profile_only"] is True and "output_throughput" not in o, sorted(o)
     assert o["decode_profile"]["graph_step_ms"] > 0 and o["peak_mem_bytes"] > 0
 PY
+
+# run.uniform_routing: labelled in the description and the JSON.
+timeout 120 mpirun -np 2 "$bin" --config config/tiny.ini --synthetic 1 --set run.uniform_routing=1 \
+    --concurrency 2 --input-len 8 --output-len 4 --profile-only --json "$tmp/ur.jsonl" >"$tmp/ur.out" 2>&1 \
+    || { cat "$tmp/ur.out"; fail "uniform routing run"; }
+grep -q "^# UNIFORM ROUTING: every row's experts drawn uniformly" "$tmp/ur.out" || fail "no uniform-routing label"
+python3 -c "import json,sys; o=json.loads(open(sys.argv[1]).readline()); assert o['uniform_routing'] is True" \
+    "$tmp/ur.jsonl" || fail "no uniform_routing in the JSON"
+grep -q uniform_routing "$tmp/po.jsonl" && fail "uniform_routing in the JSON of a run without it"
 
 # Bad command lines: every rank exits non-zero, with a message.
 out=$(timeout 60 mpirun -np 2 "$bin" --config config/tiny.ini --synthetic 1 --profile-only \

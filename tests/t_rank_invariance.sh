@@ -2,8 +2,8 @@
 # Tensor parallelism does not change the result: the tiny models (plain and group-limited
 # routing) give the same greedy tokens and the same logits (within 1e-5 of the row's largest
 # logit) at 1, 2 and 4 ranks, and with a chunked prefill; temperature + top-k sampling with a
-# seed gives the same tokens at 1, 2 and 4 ranks. Also checks the --dump-logits layout
-# (common_formats item 1) against the printed tokens.
+# seed gives the same tokens at 1, 2 and 4 ranks, and so does run.uniform_routing. Also checks
+# the --dump-logits layout (common_formats item 1) against the printed tokens.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -62,6 +62,21 @@ for cfg in tiny tiny_group; do
         compare_dumps "$tmp/$cfg.1.bin" "$tmp/$cfg.1.txt" "$tmp/$cfg.$other.bin" "$tmp/$cfg.$other.txt"
     done
 done
+
+# run.uniform_routing (benchmarks): the experts follow (layer, sequence, position) alone, so
+# ranks and prefill chunks still agree; the tokens are not the router's.
+for v in 1 2 chunk; do
+    np=$v extra=()
+    [ "$v" = chunk ] && np=2 extra=(--set run.prefill_chunk=5)
+    dec "$np" "$tmp/u.$v.txt" --config config/tiny.ini --synthetic 1 --tokens "$PROMPT" -n 16 \
+        --temp 0 --set run.uniform_routing=1 "${extra[@]}" --dump-logits "$tmp/u.$v.bin"
+done
+for other in 2 chunk; do
+    compare_dumps "$tmp/u.1.bin" "$tmp/u.1.txt" "$tmp/u.$other.bin" "$tmp/u.$other.txt"
+done
+! cmp -s "$tmp/u.1.txt" "$tmp/tiny.1.txt" || { echo "uniform routing gave the router's tokens"; exit 1; }
+grep -q "run.uniform_routing: every row's experts are drawn uniformly" "$tmp/u.1.txt.err" ||
+    { echo "no uniform-routing notice"; exit 1; }
 
 # Sampling: the same tokens at every rank count, and not the greedy ones.
 for np in 1 2 4; do
