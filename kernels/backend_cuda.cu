@@ -734,13 +734,13 @@ static void cuda_router(k25_backend *be, const float *x, const k25_layer *L, int
     // every row (batch 1 and short verification steps): one launch fewer per layer
     const moe_dev *m = (const moe_dev *)L->backend_data;
     const k25k_route_sort sort = {&c->route, m ? m->I : 0, m ? m->D : 0, c->num_sms};
+    const k25k_uniform uni = {c->d_pos, c->d_seq, L->index};
     const int sorted = k25k_router_topk(
         c->ws_logits, (const float *)L->router_bias.dev, c->T, E, cfg->n_group, cfg->topk_group,
         cfg->top_k, cfg->norm_topk_prob, cfg->routed_scale, idx, wts,
-        !cfg->uniform_routing && m && m->E == E && c->T <= c->ws_rows ? &sort : NULL, c->stream);
+        m && m->E == E && c->T <= c->ws_rows ? &sort : NULL,
+        cfg->uniform_routing ? &uni : NULL, c->stream);
     c->sorted_idx = sorted ? idx : NULL;
-    if (cfg->uniform_routing) // the ids replaced after the top-k: the moe call sorts them
-        k25k_uniform_route(c->d_pos, c->d_seq, c->T, L->index, cfg->top_k, E, idx, c->stream);
 }
 
 static void cuda_moe(k25_backend *be, const float *x, const k25_layer *L, const int32_t *idx,

@@ -87,9 +87,9 @@ typedef struct k25k_moe_route {
     int *slot_token; // [A]   token of each slot
     int *slot_of;    // [A]   slot of choice t*top_k + k (-1: invalid expert id)
     int *err;        // [1]   set to 1 on an invalid expert id
-    // work items of the grouped GEMM, one for every K25K_MOE_PASS slots of an expert: its expert
-    // and (first slot in the sorted list) << 6 | (slot count), so that the GEMM's first weight
-    // loads need no counts/offsets look-up
+    // work items of the grouped GEMM, one for every K25K_MOE_PASS (or K25K_MOE_PASS_MIN) slots
+    // of an expert: its expert and (first slot in the sorted list) << 6 | (slot count), so that
+    // the GEMM's first weight loads need no counts/offsets look-up
     int *item_expert, *item_p0; // [k25k_moe_max_items]
     int *n_items;               // [1]
     // split-K plans written by the routing kernel for the step's item count: n_splits and
@@ -103,7 +103,10 @@ typedef struct k25k_moe_route {
     int *unit_next; // [2]
 } k25k_moe_route;
 #define K25K_MOE_PASS 32
-// Most work items a step of T rows can produce: min(E, A) + ceil(A / K25K_MOE_PASS).
+// Items above 16 rows (unless K25_MOE_PASS=32): the grouped GEMM's 2-tile instantiation (128
+// registers, 4 blocks per SM) instead of the 4-tile one (168, 3 per SM)
+#define K25K_MOE_PASS_MIN 16
+// Most work items a step of T rows can produce: min(E, A) + ceil(A / K25K_MOE_PASS_MIN).
 int k25k_moe_max_items(int T, int top_k, int E);
 // Row-blocks of the grouped GEMM over N output rows.
 int k25k_moe_row_blocks(int N);
@@ -156,13 +159,18 @@ typedef struct k25k_route_sort {
     const k25k_moe_route *r;
     int I, D, num_sms;
 } k25k_route_sort;
+// run.uniform_routing (benchmarks), when uni is not NULL: each row's ids are replaced by the
+// experts k25_uniform_experts draws for its (layer, seq[t], pos[t]) (src/bench_routing.h), in the
+// same launch (before its routing sort) where the warp kernel runs; the weights stay the
+// router's.
+typedef struct k25k_uniform {
+    const int32_t *pos, *seq;
+    int layer;
+} k25k_uniform;
 int k25k_router_topk(const float *logits, const float *bias, int T, int E, int n_group,
                      int topk_group, int top_k, int norm_topk, float scale, int32_t *idx,
-                     float *wts, const k25k_route_sort *sort, cudaStream_t s);
-// run.uniform_routing (benchmarks): overwrites idx [T][top_k] with the experts
-// k25_uniform_experts draws for each row's (layer, seq[t], pos[t]) (src/bench_routing.h).
-void k25k_uniform_route(const int32_t *pos, const int32_t *seq, int T, int layer, int top_k,
-                        int E, int32_t *idx, cudaStream_t s);
+                     float *wts, const k25k_route_sort *sort, const k25k_uniform *uni,
+                     cudaStream_t s);
 
 // ---- mla.cu ----
 typedef struct k25k_mla_args {

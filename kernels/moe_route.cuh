@@ -45,18 +45,26 @@ __host__ __device__ static inline void moe_plan(int N, int K, int items, int tar
     *kb_per_split = (KB + ns - 1) / ns; // <= per, with the same split count (the GEMM's formula)
 }
 
+// What the routing sort makes its items and plans for: the resident GEMM blocks (target), the
+// average slots from which items count as long (0: never) and the most slots per item
+// (K25K_MOE_PASS, or K25K_MOE_PASS_MIN).
+struct moe_sort_opts {
+    int target, long_slots, pass;
+};
+
 // One block. counts/offsets per expert, the active experts in ascending id, and for every
 // choice a = t*top_k + k its slot (position in the expert-sorted list) and the slot's token.
 // The order of slots inside an expert depends on atomics, which is harmless: every slot's
 // result depends only on its own token and expert.
-// Last, thread 0 writes the split plans of both GEMMs for the step's item count (at least
-// ceil(A / K25K_MOE_PASS), the bound the workspaces are sized for, even when invalid expert ids
-// drop choices). idx is read with coherent loads: in the router's kernel the same block has
-// just written it. sm: 2 * E ints of shared memory (k25k_moe_route_smem).
+// An item is up to o.pass slots of one expert. Last, thread 0 writes the split plans of both
+// GEMMs for the step's item count (at least ceil(A / K25K_MOE_PASS), the fewest items and so the
+// largest plans the workspaces are sized for, even when invalid expert ids drop choices). idx is
+// read with coherent loads: in the router's kernel the same block has just written it. sm: 2 * E
+// ints of shared memory (k25k_moe_route_smem).
 static __device__ __forceinline__ void moe_route_block(const int32_t *idx, int A, int top_k,
-                                                       int E, int I, int D, int target,
-                                                       int long_slots, const k25k_moe_route &r,
-                                                       int *sm) {
+                                                       int E, int I, int D, moe_sort_opts o,
+                                                       const k25k_moe_route &r, int *sm) {
+    const int pass = o.pass, target = o.target;
     int *cnt = sm, *fill = sm + E;
     __shared__ int tot[32];
     __shared__ int run_slots, run_active, run_items;
@@ -71,8 +79,8 @@ static __device__ __forceinline__ void moe_route_block(const int32_t *idx, int A
             atomicExch(r.err, 1);
     }
     __syncthreads();
-    // Above 16 rows (the GEMM's items of up to 32 slots) a unit's time grows with its item's
-    // slots (1 to 4 MMA n-tiles). Where the items hold long_slots slots or more on average, a
+    // Above 16 rows (the GEMM's items of up to 16 slots, 32 with K25_MOE_PASS=32) a unit's time
+    // grows with its item's slots (1 to 4 MMA n-tiles). Where the items hold long_slots slots or more on average, a
     // step has only 1-2 units per resident block, and taken in expert order the blocks that draw
     // the long units end last. The items are then placed in descending slot count (a counting
     // sort; the order inside a count follows the atomics, which only reorders independent
@@ -80,31 +88,31 @@ static __device__ __forceinline__ void moe_route_block(const int32_t *idx, int A
     // plans over-split (moe_plan's over).
     __shared__ int next_of_len[K25K_MOE_PASS + 1]; // next item position of each slot count
     __shared__ int long_items;
-    const bool may_sort = long_slots > 0 && A > 16 * top_k;
+    const bool may_sort = o.long_slots > 0 && A > 16 * top_k;
     if (may_sort) {
-        for (int n = threadIdx.x; n <= K25K_MOE_PASS; n += blockDim.x) next_of_len[n] = 0;
+        for (int n = threadIdx.x; n <= pass; n += blockDim.x) next_of_len[n] = 0;
         __syncthreads();
         for (int e = threadIdx.x; e < E; e += blockDim.x) {
             const int v = cnt[e];
-            if (v >= K25K_MOE_PASS) atomicAdd(&next_of_len[K25K_MOE_PASS], v / K25K_MOE_PASS);
-            if (v % K25K_MOE_PASS) atomicAdd(&next_of_len[v % K25K_MOE_PASS], 1);
+            if (v >= pass) atomicAdd(&next_of_len[pass], v / pass);
+            if (v % pass) atomicAdd(&next_of_len[v % pass], 1);
         }
         __syncthreads();
         if (threadIdx.x == 0) {
             int at = 0;
-            for (int n = K25K_MOE_PASS; n >= 1; n--) {
+            for (int n = pass; n >= 1; n--) {
                 const int c = next_of_len[n];
                 next_of_len[n] = at;
                 at += c;
             }
-            long_items = A >= long_slots * at; // at: the step's items
+            long_items = A >= o.long_slots * at; // at: the step's items
         }
         __syncthreads();
     }
     const bool by_length = may_sort && long_items;
     for (int base = 0; base < E; base += blockDim.x) {
         int e = base + threadIdx.x;
-        int v = e < E ? cnt[e] : 0, f = v > 0, np = (v + K25K_MOE_PASS - 1) / K25K_MOE_PASS;
+        int v = e < E ? cnt[e] : 0, f = v > 0, np = (v + pass - 1) / pass;
         int total_v, total_f, total_p;
         int iv = k25_block_incl_scan(v, tot, &total_v);
         int iff = k25_block_incl_scan(f, tot, &total_f);
@@ -116,10 +124,10 @@ static __device__ __forceinline__ void moe_route_block(const int32_t *idx, int A
             fill[e] = off;
             if (f) r.active[run_active + iff - 1] = e;
             for (int p = 0, it = run_items + ip - np; p < np; p++, it++) {
-                const int n = min(K25K_MOE_PASS, v - p * K25K_MOE_PASS);
+                const int n = min(pass, v - p * pass);
                 const int at = by_length ? atomicAdd(&next_of_len[n], 1) : it;
                 r.item_expert[at] = e;
-                r.item_p0[at] = ((off + p * K25K_MOE_PASS) << W4_ITEM_BITS) | n;
+                r.item_p0[at] = ((off + p * pass) << W4_ITEM_BITS) | n;
             }
         }
         __syncthreads();

@@ -25,7 +25,7 @@
 //
 // Split-K plan: the number of work items (and so of GEMM blocks without splits) is only known on
 // the device, after the routing sort, and it ranges from top_k (every token on the same experts)
-// to min(E, A) + A/32. The routing kernel therefore picks n_splits and kb_per_split of both GEMMs
+// to min(E, A) + A/16. The routing kernel therefore picks n_splits and kb_per_split of both GEMMs
 // from the actual item count (moe_plan) and stores them in r.plan; the GEMMs run a persistent
 // grid-stride loop over (item, row-block, split) units and the reductions read n_splits from
 // r.plan. A given routing always gives the same plan and the same fixed-order sums, so results
@@ -45,12 +45,12 @@
 // The routing sort as a kernel of its own (moe_route.cuh).
 __global__ void __launch_bounds__(1024) moe_route_kernel(const int32_t *__restrict__ idx, int A,
                                                          int top_k, int E, int I, int D,
-                                                         int target, int long_slots,
+                                                         moe_sort_opts o,
                                                          k25k_moe_route r) {
     extern __shared__ int sm[];
     k25_pdl_trigger();
     k25_pdl_wait();
-    moe_route_block(idx, A, top_k, E, I, D, target, long_slots, r, sm);
+    moe_route_block(idx, A, top_k, E, I, D, o, r, sm);
 }
 
 // Slots per item on average from which a step's items count as long (moe_route_block):
@@ -64,6 +64,22 @@ static int moe_long_slots(void) {
     return v;
 }
 
+// Most slots per item at T rows (an expert holds at most T): above 16 rows items of at most 16
+// slots, for the 2-tile GEMM (see w4_ntt), unless K25_MOE_PASS=32 (the 4-tile GEMM). Under
+// uniform routing (~5 slots an item at 256 rows) the 2-tile GEMM's 4 blocks per SM beat the
+// 4-tile one's 3 by 6-9% of the step from 64 to 256 rows; under the synthetic router's
+// concentrated routing (~11 slots, some experts above 16 whose weights are then read twice) it
+// gained 6-9% from 32 to 128 rows and lost 2% at 256 (bench/NOTES.md, eleventh round).
+static int moe_pass(int T) {
+    static int v = -1;
+    if (v < 0) v = k25_env_int("K25_MOE_PASS", K25K_MOE_PASS_MIN) == K25K_MOE_PASS ? 32 : 16;
+    return T > 16 ? v : K25K_MOE_PASS;
+}
+
+// MMA n-tiles of the grouped GEMM's instantiation at T rows, the most slots of an item: 1 up to 8
+// rows, 2 up to 16 (or items of 16 slots), 4 above.
+static int w4_ntt(int T) { return T <= 8 ? 1 : T <= 16 || moe_pass(T) <= 16 ? 2 : 4; }
+
 size_t k25k_moe_route_smem(int A, int E) {
     const size_t smem = sizeof(int) * 2 * (size_t)E;
     if (smem > 48 * 1024) K25_DIE("moe routing: %d experts exceed the shared-memory sort", E);
@@ -76,8 +92,9 @@ void k25k_moe_sort(const int32_t *idx, int T, int top_k, int E, int I, int D, in
                    const k25k_moe_route *r, cudaStream_t s) {
     int A = T * top_k;
     if (A <= 0) return;
+    const moe_sort_opts o = {k25k_moe_route_target(T, num_sms), moe_long_slots(), moe_pass(T)};
     k25_launch("moe_route", moe_route_kernel, 1, 1024, k25k_moe_route_smem(A, E), s, idx, A,
-               top_k, E, I, D, k25k_moe_route_target(T, num_sms), moe_long_slots(), *r);
+               top_k, E, I, D, o, *r);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -165,7 +182,6 @@ void k25k_w4_repack(const uint32_t *wa, const uint32_t *wb, const uint16_t *sa,
 // Grouped W4A16 GEMM (tensor cores)
 // ------------------------------------------------------------------------------------------
 
-#define W4_MP K25K_MOE_PASS // tokens per work item (at most 4 MMA n-tiles)
 // k-blocks (of 32) of activations staged in shared memory at a time (a larger chunk staged
 // once per small-M unit cost 16 more registers per thread: 3 blocks per SM instead of 4)
 #define W4_KCB 8
@@ -295,7 +311,7 @@ __device__ __forceinline__ void gate_up_tail(const float *__restrict__ part,
 
 // Persistent grid: block b takes unit b, then the next unit no block has taken (a ticket counter,
 // see the unit loop), of the n_items x row-blocks x n_splits units of the step (plan r.plan[pl],
-// r.plan[pl + 1] from the routing kernel; an item is one expert and up to W4_MP of its slots, a
+// r.plan[pl + 1] from the routing kernel; an item is one expert and up to NTT x 8 of its slots, a
 // row-block W4_NW tiles of 32 rows, a split kb_per_split k-blocks). Consecutive units are the
 // splits of one row-block, so neighbouring blocks stream neighbouring weights. Each unit streams
 // its tiles' weights over its K range once.
@@ -414,11 +430,13 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
     // row looked up each time, made a prefill chunk of 11 slots a chain of 22 dependent loads:
     // ~6x the weight bytes' time at 512 rows, kernels/NOTES.md.) The first SB slots of the next
     // chunk are loaded before the current chunk is consumed, so at decode (1-2 slots per
-    // expert) no staging waits for L2; their rows are kept in registers. Above 16 rows (~11
-    // slots an item at 256 rows) 8 of them: 1-3% faster than 4 from 64 to 256 rows, and fewer
-    // spills (ptxas, split: 24 / 24 bytes against 76 / 128).
+    // expert) no staging waits for L2; their rows are kept in registers. 4 of them at NTT = 2
+    // (items of up to 16 slots: ~5 at 256 rows under uniform routing), 1.5-3% faster than 2
+    // from 64 to 256 rows there; 8 at NTT = 4 (~11 slots an item at 256 rows of the synthetic
+    // router): 1-3% faster than 4 from 64 to 256 rows, and fewer spills (ptxas, split: 24 / 24
+    // bytes against 76 / 128).
     static_assert(16 * KCB <= W4_NW * 32, "one column pair per thread");
-    constexpr int SB = NTT <= 2 ? 2 : 8;
+    constexpr int SB = NTT == 1 ? 2 : NTT == 2 ? 4 : 8;
     const int cp = threadIdx.x;
     int rr[SB];
 #pragma unroll
@@ -613,7 +631,7 @@ int k25k_moe_row_blocks(int N) { return (int)k25_cdiv(N / 32, W4_NW); }
 
 int k25k_moe_max_items(int T, int top_k, int E) {
     int A = T * top_k;
-    return (A < E ? A : E) + (int)k25_cdiv(A, K25K_MOE_PASS);
+    return (A < E ? A : E) + (int)k25_cdiv(A, K25K_MOE_PASS_MIN);
 }
 
 // Resident blocks per SM of one instantiation (the persistent grid's size), asked once; the
@@ -640,11 +658,12 @@ template <int NTT> static int w4_blocks_per_sm(void) {
                                     : w4_blocks_per_sm<NTT, false>();
 }
 
-// Blocks of the grouped GEMM resident at once for steps of T rows (the persistent grid). The
-// instantiation follows T: an expert holds at most T slots (a token chooses it once).
+// Blocks of the grouped GEMM resident at once for steps of T rows (the persistent grid), of the
+// instantiation w4_ntt(T).
 static int w4_resident(int T, int num_sms) {
-    const int b = T <= 8 ? w4_blocks_per_sm<1>() : T <= 16 ? w4_blocks_per_sm<2>()
-                                                           : w4_blocks_per_sm<4>();
+    const int n = w4_ntt(T);
+    const int b = n == 1 ? w4_blocks_per_sm<1>() : n == 2 ? w4_blocks_per_sm<2>()
+                                                          : w4_blocks_per_sm<4>();
     return b * (num_sms > 0 ? num_sms : 1);
 }
 
@@ -694,10 +713,11 @@ void k25k_moe_w4a16_gemm(const uint32_t *Wt, const uint16_t *St, int E, int N, i
     const int max_units = (int)(mu < (1 << 30) ? mu : (1 << 30));
     const uint4 *w4 = reinterpret_cast<const uint4 *>(Wt);
     const uint2 *s2 = reinterpret_cast<const uint2 *>(St);
-    if (T <= 8) // as in w4_resident
+    const int ntt = w4_ntt(T);
+    if (ntt == 1)
         w4_launch<1>(w4, s2, w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, r, A,
                      max_units, num_sms, part, h, s);
-    else if (T <= 16)
+    else if (ntt == 2)
         w4_launch<2>(w4, s2, w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, r, A,
                      max_units, num_sms, part, h, s);
     else

@@ -173,7 +173,7 @@ __global__ void __launch_bounds__(SORT ? 512 : 32 * kRowsPerBlock)
     router_topk_warp_kernel(const float *logits, const float *bias, int T, int E, int G,
                             int topk_group, int top_k, int norm_topk, float scale,
                             int32_t *__restrict__ idx, float *__restrict__ wts,
-                            k25k_moe_route r, int I, int D, int target) {
+                            k25k_moe_route r, int I, int D, int target, k25k_uniform uni) {
     const int lane = threadIdx.x & 31;
     const int t = blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5);
     k25_pdl_trigger();
@@ -181,13 +181,20 @@ __global__ void __launch_bounds__(SORT ? 512 : 32 * kRowsPerBlock)
 #pragma unroll
     for (int j = 0; j < NPL; j++) b[j] = j * 32 + lane < E ? __ldcg(bias + j * 32 + lane) : 0.0f;
     k25_pdl_wait();
-    if (t < T)
+    if (t < T) {
         topk_row<NPL>(logits, b, t, E, G, topk_group, top_k, norm_topk, scale, idx, wts);
+        if (uni.pos) { // benchmarks: the row's ids replaced (one lane, after the others wrote)
+            __syncwarp();
+            if (lane == 0)
+                k25_uniform_experts(uni.layer, uni.seq[t], uni.pos[t], top_k, E,
+                                    idx + (size_t)t * top_k);
+        }
+    }
     if constexpr (SORT) {
         extern __shared__ int sort_sm[];
         __syncthreads(); // every row's idx written (and visible to the block)
         // (up to 4 rows here: items are never long)
-        moe_route_block(idx, T * top_k, top_k, E, I, D, target, 0, r, sort_sm);
+        moe_route_block(idx, T * top_k, top_k, E, I, D, {target, 0, K25K_MOE_PASS}, r, sort_sm);
     }
 }
 
@@ -318,6 +325,27 @@ __global__ void __launch_bounds__(256) router_topk_kernel(const float *__restric
 }
 
 // ------------------------------------------------------------------------------------------
+// Uniform routing for benchmarks (run.uniform_routing)
+// ------------------------------------------------------------------------------------------
+
+// A thread per row: its experts from (layer, sequence, position), as the CPU backend draws them
+// (after the block kernel; the warp kernel draws them in its own launch).
+__global__ void uniform_route_kernel(const int32_t *__restrict__ pos,
+                                     const int32_t *__restrict__ seq, int T, int layer,
+                                     int top_k, int E, int32_t *__restrict__ idx) {
+    k25_pdl_trigger();
+    k25_pdl_wait();
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < T) k25_uniform_experts(layer, seq[t], pos[t], top_k, E, idx + (size_t)t * top_k);
+}
+
+static void uniform_route(const k25k_uniform &u, int T, int top_k, int E, int32_t *idx,
+                          cudaStream_t s) {
+    k25_launch("uniform_route", uniform_route_kernel, (unsigned)k25_cdiv(T, 128), 128, 0, s,
+               u.pos, u.seq, T, u.layer, top_k, E, idx);
+}
+
+// ------------------------------------------------------------------------------------------
 // Launcher
 // ------------------------------------------------------------------------------------------
 
@@ -326,7 +354,8 @@ __global__ void __launch_bounds__(256) router_topk_kernel(const float *__restric
 template <int NPL>
 static void launch_warp(const float *logits, const float *bias, int T, int E, int G,
                         int topk_group, int top_k, int norm_topk, float scale, int32_t *idx,
-                        float *wts, const k25k_route_sort *sort, cudaStream_t s) {
+                        float *wts, const k25k_route_sort *sort, k25k_uniform uni,
+                        cudaStream_t s) {
     const int rows = T < kRowsPerBlock ? T : kRowsPerBlock;
     if (sort) {
         const int threads = (int)std::min<int64_t>(512, std::max<int64_t>(32 * kRowsPerBlock,
@@ -335,13 +364,13 @@ static void launch_warp(const float *logits, const float *bias, int T, int E, in
         k25_launch("router_topk_sort", kernel, 1, threads,
                    k25k_moe_route_smem(T * top_k, E), s, logits, bias, T, E, G, topk_group,
                    top_k, norm_topk, scale, idx, wts, *sort->r, sort->I, sort->D,
-                   k25k_moe_route_target(T, sort->num_sms));
+                   k25k_moe_route_target(T, sort->num_sms), uni);
         return;
     }
     auto *kernel = router_topk_warp_kernel<NPL, false>;
     k25_launch("router_topk_warp", kernel, (unsigned)k25_cdiv(T, kRowsPerBlock), 32 * rows, 0, s,
                logits, bias, T, E, G, topk_group, top_k, norm_topk, scale, idx, wts,
-               k25k_moe_route{}, 0, 0, 0);
+               k25k_moe_route{}, 0, 0, 0, uni);
 }
 
 static int router_block_forced(void) {
@@ -352,10 +381,12 @@ static int router_block_forced(void) {
 
 int k25k_router_topk(const float *logits, const float *bias, int T, int E, int n_group,
                      int topk_group, int top_k, int norm_topk, float scale, int32_t *idx,
-                     float *wts, const k25k_route_sort *sort, cudaStream_t s) {
+                     float *wts, const k25k_route_sort *sort, const k25k_uniform *uni,
+                     cudaStream_t s) {
     if (T <= 0) return 0;
     if (n_group > 256 || top_k > 64 || (n_group > 0 && E % n_group))
         K25_DIE("router: n_group %d / top_k %d / experts %d not supported", n_group, top_k, E);
+    if (uni && top_k > E) K25_DIE("uniform routing: top_k %d exceeds %d experts", top_k, E);
     const int G = n_group > 1 ? n_group : 1, per_lane = (int)k25_cdiv(E, 32);
     if (!router_block_forced() && G <= 32 && top_k <= 32 && per_lane <= 32) {
         auto *launch = per_lane <= 1    ? launch_warp<1>
@@ -366,35 +397,14 @@ int k25k_router_topk(const float *logits, const float *bias, int T, int E, int n
                        : per_lane <= 16 ? launch_warp<16>
                                         : launch_warp<32>;
         if (T > kRowsPerBlock) sort = NULL;
-        launch(logits, bias, T, E, G, topk_group, top_k, norm_topk, scale, idx, wts, sort, s);
+        launch(logits, bias, T, E, G, topk_group, top_k, norm_topk, scale, idx, wts, sort,
+               uni ? *uni : k25k_uniform{NULL, NULL, 0}, s);
         return sort != NULL;
     }
     size_t smem = sizeof(float) * 2 * (size_t)E + (size_t)E;
     if (smem > 48 * 1024) K25_DIE("router: %d experts exceed the shared-memory top-k", E);
     k25_launch("router_topk", router_topk_kernel, T, 256, smem, s, logits, bias, E, n_group,
                topk_group, top_k, norm_topk, scale, idx, wts);
+    if (uni) uniform_route(*uni, T, top_k, E, idx, s);
     return 0;
 }
-
-// ------------------------------------------------------------------------------------------
-// Uniform routing for benchmarks (run.uniform_routing)
-// ------------------------------------------------------------------------------------------
-
-// A thread per row: its experts from (layer, sequence, position), as the CPU backend draws them.
-__global__ void uniform_route_kernel(const int32_t *__restrict__ pos,
-                                     const int32_t *__restrict__ seq, int T, int layer,
-                                     int top_k, int E, int32_t *__restrict__ idx) {
-    k25_pdl_trigger();
-    k25_pdl_wait();
-    const int t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t < T) k25_uniform_experts(layer, seq[t], pos[t], top_k, E, idx + (size_t)t * top_k);
-}
-
-void k25k_uniform_route(const int32_t *pos, const int32_t *seq, int T, int layer, int top_k,
-                        int E, int32_t *idx, cudaStream_t s) {
-    if (T <= 0) return;
-    if (top_k > E) K25_DIE("uniform routing: top_k %d exceeds %d experts", top_k, E);
-    k25_launch("uniform_route", uniform_route_kernel, (unsigned)k25_cdiv(T, 128), 128, 0, s, pos,
-               seq, T, layer, top_k, E, idx);
-}
-

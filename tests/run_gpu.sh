@@ -70,11 +70,19 @@ if [ -x "$OPS" ]; then
     check ops_group_tp2_r0 300 "$OPS" --config config/tiny_group.ini --tp 2 --rank 0 --rows 1,9,40
     check ops_kimi_tp8_r3 600 "$OPS" --config config/kimi_k25.ini --tp 8 --rank 3 \
         --set model.num_hidden_layers=2 --rows 1,5,16,67 --ctx 600
-    # run.uniform_routing: the router's ids replaced on the device exactly as on the CPU, the
-    # routing sort then in the moe call (not the router's launch) at every row count
+    # run.uniform_routing: the router's ids replaced on the device exactly as on the CPU: in the
+    # warp top-k's launch (at 1 row before its routing sort, whose moe then follows), and with
+    # K25_ROUTER_BLOCK=1 by a kernel after the block top-k
     check ops_kimi_tp8_uniform_routing 300 "$OPS" --config config/kimi_k25.ini --tp 8 --rank 3 \
         --set model.num_hidden_layers=2 --set run.uniform_routing=1 --rows 1,5,67 --ctx 600 \
         --only router
+    check ops_kimi_tp8_uniform_routing_block 300 env K25_ROUTER_BLOCK=1 "$OPS" \
+        --config config/kimi_k25.ini --tp 8 --rank 3 --set model.num_hidden_layers=2 \
+        --set run.uniform_routing=1 --rows 1,5 --ctx 600 --only router
+    # above 16 rows the grouped GEMM runs items of up to 16 slots on its 2-tile instantiation;
+    # K25_MOE_PASS=32 keeps items of up to 32 on the 4-tile one
+    check ops_kimi_tp8_moe_pass32 300 env K25_MOE_PASS=32 "$OPS" --config config/kimi_k25.ini \
+        --tp 8 --rank 3 --set model.num_hidden_layers=2 --rows 17,67 --ctx 600 --only moe
     # the grouped W4A16 GEMM is compiled apart for bf16 activations (no hi/lo split)
     check ops_kimi_tp8_moe_bf16act 300 env K25_BF16_ACTIVATIONS=1 "$OPS" --config config/kimi_k25.ini \
         --tp 8 --rank 3 --set model.num_hidden_layers=2 --rows 1,5,16,67 --ctx 600 --only moe
