@@ -23,6 +23,7 @@
 #                                #   (EAGLE-3 head at Kimi dimensions, controlled acceptance);
 #                                #   x8-low, x8-high, x8-spec run its three parts one at a time
 #                                #   (one sweep: cat the halves' .jsonl; bench/plot.py plots it)
+#                                # x4 and x8 route uniformly (run.uniform_routing=1)
 # Binaries: ./k25bench and ./k25-mkeagle (make CUDA=1). NVLink multicast stays off.
 set -u
 cd "$(dirname "$0")/.."
@@ -109,36 +110,39 @@ PY
             >"$OUT/ncu-step-k4-tp8sim-h200.md" && tail -12 "$OUT/ncu-step-k4-tp8sim-h200.md"
         ;;
     x4|x4-low|x4-high|x4-spec)
-        T=(--set run.sim_tp=8 --set run.ctx_size=4096)
+        # uniform routing: the spread of a load-balanced router over the 384 experts (the
+        # synthetic router concentrates a batch on fewer, bench/README.md)
+        T=(--set run.sim_tp=8 --set run.ctx_size=4096 --set run.uniform_routing=1)
         case $job in x4|x4-low)
-            bench tp8sim-k61-h200x4-1k 4 "${KIMI[@]}" "${T[@]}" --input-len 1024 \
+            bench tp8sim-k61-h200x4-uni-1k 4 "${KIMI[@]}" "${T[@]}" --input-len 1024 \
                 --output-len 128 --concurrency 1,2,4,8,16 --profile-steps 3 ;; esac
         case $job in x4|x4-high)
-            bench tp8sim-k61-h200x4-256 4 "${KIMI[@]}" "${T[@]}" --input-len 256 \
+            bench tp8sim-k61-h200x4-uni-256 4 "${KIMI[@]}" "${T[@]}" --input-len 256 \
                 --output-len 64 --concurrency 32,64,128,256 --profile-steps 3 ;; esac
         case $job in x4|x4-spec)
             ./k25-mkeagle --config config/kimi_k25.ini --synthetic 5 --intermediate 12288 \
                 --aux-layers 2,30,58 --out /tmp/k25-eagle-k61 2>>"$OUT/bench.log" ||
                 echo "k25-mkeagle failed"
-            bench spec-tp8sim-k61-h200x4 4 "${KIMI[@]}" "${T[@]}" --input-len 1024 \
+            bench spec-tp8sim-k61-h200x4-uni 4 "${KIMI[@]}" "${T[@]}" --input-len 1024 \
                 --output-len 128 --concurrency 1,16 --spec-draft eagle3:/tmp/k25-eagle-k61 \
                 --spec-k 3 --spec-accept 0.7,0.8 --profile-steps 0 ;; esac
         ;;
     x8|x8-low|x8-high|x8-spec)
         # x8 = the three parts; each part alone fits a 10-minute job limit (each run
         # generates the 73 GiB per rank of synthetic weights again, ~1 minute)
-        X=(--set run.ctx_size=4096 --input-len 1024 --output-len 128)
+        # uniform routing, as in x4
+        X=(--set run.ctx_size=4096 --set run.uniform_routing=1 --input-len 1024 --output-len 128)
         case $job in x8|x8-low)
-            bench k61-h200x8-tp8-low 8 "${KIMI[@]}" "${X[@]}" --concurrency 1,2,4,8,16 \
+            bench k61-h200x8-tp8-uni-low 8 "${KIMI[@]}" "${X[@]}" --concurrency 1,2,4,8,16 \
                 --profile-steps 3 ;; esac
         case $job in x8|x8-high)
-            bench k61-h200x8-tp8-high 8 "${KIMI[@]}" "${X[@]}" --concurrency 32,64,128,256 \
+            bench k61-h200x8-tp8-uni-high 8 "${KIMI[@]}" "${X[@]}" --concurrency 32,64,128,256 \
                 --profile-steps 3 ;; esac
         case $job in x8|x8-spec)
             ./k25-mkeagle --config config/kimi_k25.ini --synthetic 5 --intermediate 12288 \
                 --aux-layers 2,30,58 --out /tmp/k25-eagle-k61 2>>"$OUT/bench.log" ||
                 echo "k25-mkeagle failed"
-            bench spec-k61-h200x8-tp8 8 "${KIMI[@]}" "${X[@]}" --concurrency 1,4,16,64,256 \
+            bench spec-k61-h200x8-tp8-uni 8 "${KIMI[@]}" "${X[@]}" --concurrency 1,4,16,64,256 \
                 --spec-draft eagle3:/tmp/k25-eagle-k61 --spec-k 3 --spec-accept 0.7,0.8 \
                 --profile-steps 0 ;; esac
         ;;
