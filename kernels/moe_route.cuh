@@ -46,10 +46,11 @@ __host__ __device__ static inline void moe_plan(int N, int K, int items, int tar
 }
 
 // What the routing sort makes its items and plans for: the resident GEMM blocks (target), the
-// average slots from which items count as long (0: never) and the most slots per item
-// (K25K_MOE_PASS, or K25K_MOE_PASS_MIN).
+// average slots from which items count as long (0: never), the most slots per item
+// (K25K_MOE_PASS, or K25K_MOE_PASS_MIN), and over_all: the plans over-split every step, as those
+// of long items (moe_plan's over), not only those.
 struct moe_sort_opts {
-    int target, long_slots, pass;
+    int target, long_slots, pass, over_all;
 };
 
 // One block. counts/offsets per expert, the active experts in ascending id, and for every
@@ -144,7 +145,7 @@ static __device__ __forceinline__ void moe_route_block(const int32_t *idx, int A
         *r.n_items = run_items;
         const int lo = (A + K25K_MOE_PASS - 1) / K25K_MOE_PASS;
         const int items = run_items > lo ? run_items : lo;
-        const int over = by_length ? K25K_MOE_OVER : 1;
+        const int over = by_length || o.over_all ? K25K_MOE_OVER : 1;
         moe_plan(2 * I, D, items, target, over, &r.plan[0], &r.plan[1]);
         moe_plan(D, I, items, target, over, &r.plan[2], &r.plan[3]);
     }

@@ -92,7 +92,13 @@ void k25k_moe_sort(const int32_t *idx, int T, int top_k, int E, int I, int D, in
                    const k25k_moe_route *r, cudaStream_t s) {
     int A = T * top_k;
     if (A <= 0) return;
-    const moe_sort_opts o = {k25k_moe_route_target(T, num_sms), moe_long_slots(), moe_pass(T)};
+    // K25_MOE_OVER_ALL=1: every step's plans over-split (moe_sort_opts). Measured once under
+    // uniform routing (bench/NOTES.md, eleventh round): 32 / 128 / 256 rows 8% / 4% / 3.5%
+    // faster, 8 rows 1% slower; not yet the default.
+    static int over_all = -1;
+    if (over_all < 0) over_all = k25_env_flag("K25_MOE_OVER_ALL");
+    const moe_sort_opts o = {k25k_moe_route_target(T, num_sms), moe_long_slots(), moe_pass(T),
+                             over_all};
     k25_launch("moe_route", moe_route_kernel, 1, 1024, k25k_moe_route_smem(A, E), s, idx, A,
                top_k, E, I, D, o, *r);
 }

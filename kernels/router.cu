@@ -194,7 +194,8 @@ __global__ void __launch_bounds__(SORT ? 512 : 32 * kRowsPerBlock)
         extern __shared__ int sort_sm[];
         __syncthreads(); // every row's idx written (and visible to the block)
         // (up to 4 rows here: items are never long)
-        moe_route_block(idx, T * top_k, top_k, E, I, D, {target, 0, K25K_MOE_PASS}, r, sort_sm);
+        moe_route_block(idx, T * top_k, top_k, E, I, D, {target, 0, K25K_MOE_PASS, 0}, r,
+                        sort_sm);
     }
 }
 
