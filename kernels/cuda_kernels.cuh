@@ -161,8 +161,7 @@ typedef struct k25k_route_sort {
 } k25k_route_sort;
 // run.uniform_routing (benchmarks), when uni is not NULL: each row's ids are replaced by the
 // experts k25_uniform_experts draws for its (layer, seq[t], pos[t]) (src/bench_routing.h), in the
-// same launch (before its routing sort) where the warp kernel runs; the weights stay the
-// router's.
+// top-k's own launch (before the warp kernel's routing sort); the weights stay the router's.
 typedef struct k25k_uniform {
     const int32_t *pos, *seq;
     int layer;

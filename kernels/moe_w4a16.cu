@@ -53,32 +53,41 @@ __global__ void __launch_bounds__(1024) moe_route_kernel(const int32_t *__restri
     moe_route_block(idx, A, top_k, E, I, D, o, r, sm);
 }
 
-// Slots per item on average from which a step's items count as long (moe_route_block):
-// K25_MOE_LONG_SLOTS, 0 = never (bench/NOTES.md: the same at 4 and 8 from 32 to 256 rows).
-static int moe_long_slots(void) {
-    static int v = -1;
-    if (v < 0) {
-        const int e = k25_env_int("K25_MOE_LONG_SLOTS", 8);
-        v = e > 0 ? e : 0;
+// The routing sort's knobs, read once (the fields of moe_sort_opts):
+//   K25_MOE_LONG_SLOTS: slots per item on average from which a step's items count as long
+//     (moe_route_block), 0 = never (bench/NOTES.md: the same at 4 and 8 from 32 to 256 rows);
+//   K25_MOE_PASS: the most slots per item above 16 rows (an expert holds at most T): 16, for the
+//     2-tile GEMM (see w4_ntt), or 32 (the 4-tile GEMM). Under uniform routing (~5 slots an item
+//     at 256 rows) the 2-tile GEMM's 4 blocks per SM beat the 4-tile one's 3 by 6-9% of the step
+//     from 64 to 256 rows; under the synthetic router's concentrated routing (~11 slots, some
+//     experts above 16 whose weights are then read twice) it gained 6-9% from 32 to 128 rows and
+//     lost 2% at 256 (bench/NOTES.md, eleventh round);
+//   K25_MOE_OVER_ALL=1: every step's plans over-split, not only those of long items. Measured
+//     once under uniform routing (eleventh round): 32 / 128 / 256 rows 8% / 4% / 3.5% faster, 8
+//     rows 1% slower; not yet the default.
+typedef struct moe_knobs {
+    int long_slots, pass, over_all;
+} moe_knobs;
+static const moe_knobs &moe_knobs_read(void) {
+    static moe_knobs k = {-1, 0, 0};
+    if (k.long_slots < 0) {
+        const int l = k25_env_int("K25_MOE_LONG_SLOTS", 8);
+        k.pass = k25_env_int("K25_MOE_PASS", K25K_MOE_PASS_MIN) == K25K_MOE_PASS
+                     ? K25K_MOE_PASS
+                     : K25K_MOE_PASS_MIN;
+        k.over_all = k25_env_flag("K25_MOE_OVER_ALL");
+        k.long_slots = l > 0 ? l : 0;
     }
-    return v;
+    return k;
 }
 
-// Most slots per item at T rows (an expert holds at most T): above 16 rows items of at most 16
-// slots, for the 2-tile GEMM (see w4_ntt), unless K25_MOE_PASS=32 (the 4-tile GEMM). Under
-// uniform routing (~5 slots an item at 256 rows) the 2-tile GEMM's 4 blocks per SM beat the
-// 4-tile one's 3 by 6-9% of the step from 64 to 256 rows; under the synthetic router's
-// concentrated routing (~11 slots, some experts above 16 whose weights are then read twice) it
-// gained 6-9% from 32 to 128 rows and lost 2% at 256 (bench/NOTES.md, eleventh round).
-static int moe_pass(int T) {
-    static int v = -1;
-    if (v < 0) v = k25_env_int("K25_MOE_PASS", K25K_MOE_PASS_MIN) == K25K_MOE_PASS ? 32 : 16;
-    return T > 16 ? v : K25K_MOE_PASS;
-}
+static int moe_pass(int T) { return T > 16 ? moe_knobs_read().pass : K25K_MOE_PASS; }
 
 // MMA n-tiles of the grouped GEMM's instantiation at T rows, the most slots of an item: 1 up to 8
 // rows, 2 up to 16 (or items of 16 slots), 4 above.
-static int w4_ntt(int T) { return T <= 8 ? 1 : T <= 16 || moe_pass(T) <= 16 ? 2 : 4; }
+static int w4_ntt(int T) {
+    return T <= 8 ? 1 : T <= 16 || moe_pass(T) == K25K_MOE_PASS_MIN ? 2 : 4;
+}
 
 size_t k25k_moe_route_smem(int A, int E) {
     const size_t smem = sizeof(int) * 2 * (size_t)E;
@@ -92,13 +101,9 @@ void k25k_moe_sort(const int32_t *idx, int T, int top_k, int E, int I, int D, in
                    const k25k_moe_route *r, cudaStream_t s) {
     int A = T * top_k;
     if (A <= 0) return;
-    // K25_MOE_OVER_ALL=1: every step's plans over-split (moe_sort_opts). Measured once under
-    // uniform routing (bench/NOTES.md, eleventh round): 32 / 128 / 256 rows 8% / 4% / 3.5%
-    // faster, 8 rows 1% slower; not yet the default.
-    static int over_all = -1;
-    if (over_all < 0) over_all = k25_env_flag("K25_MOE_OVER_ALL");
-    const moe_sort_opts o = {k25k_moe_route_target(T, num_sms), moe_long_slots(), moe_pass(T),
-                             over_all};
+    const moe_knobs &k = moe_knobs_read();
+    const moe_sort_opts o = {k25k_moe_route_target(T, num_sms), k.long_slots, moe_pass(T),
+                             k.over_all};
     k25_launch("moe_route", moe_route_kernel, 1, 1024, k25k_moe_route_smem(A, E), s, idx, A,
                top_k, E, I, D, o, *r);
 }

@@ -241,7 +241,8 @@ __global__ void __launch_bounds__(256) router_topk_kernel(const float *__restric
                                                           int G, int topk_group, int top_k,
                                                           int norm_topk, float scale,
                                                           int32_t *__restrict__ idx,
-                                                          float *__restrict__ wts) {
+                                                          float *__restrict__ wts,
+                                                          k25k_uniform uni) {
     extern __shared__ float sm[];
     float *score = sm, *sel = sm + E;
     unsigned char *ok = reinterpret_cast<unsigned char *>(sel + E);
@@ -322,28 +323,10 @@ __global__ void __launch_bounds__(256) router_topk_kernel(const float *__restric
             idx[(size_t)t * top_k + k] = e;
             wts[(size_t)t * top_k + k] = (float)(w * scale);
         }
+        if (uni.pos) // benchmarks: the row's ids replaced, as in the warp kernel
+            k25_uniform_experts(uni.layer, uni.seq[t], uni.pos[t], top_k, E,
+                                idx + (size_t)t * top_k);
     }
-}
-
-// ------------------------------------------------------------------------------------------
-// Uniform routing for benchmarks (run.uniform_routing)
-// ------------------------------------------------------------------------------------------
-
-// A thread per row: its experts from (layer, sequence, position), as the CPU backend draws them
-// (after the block kernel; the warp kernel draws them in its own launch).
-__global__ void uniform_route_kernel(const int32_t *__restrict__ pos,
-                                     const int32_t *__restrict__ seq, int T, int layer,
-                                     int top_k, int E, int32_t *__restrict__ idx) {
-    k25_pdl_trigger();
-    k25_pdl_wait();
-    const int t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t < T) k25_uniform_experts(layer, seq[t], pos[t], top_k, E, idx + (size_t)t * top_k);
-}
-
-static void uniform_route(const k25k_uniform &u, int T, int top_k, int E, int32_t *idx,
-                          cudaStream_t s) {
-    k25_launch("uniform_route", uniform_route_kernel, (unsigned)k25_cdiv(T, 128), 128, 0, s,
-               u.pos, u.seq, T, u.layer, top_k, E, idx);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -389,6 +372,7 @@ int k25k_router_topk(const float *logits, const float *bias, int T, int E, int n
         K25_DIE("router: n_group %d / top_k %d / experts %d not supported", n_group, top_k, E);
     if (uni && top_k > E) K25_DIE("uniform routing: top_k %d exceeds %d experts", top_k, E);
     const int G = n_group > 1 ? n_group : 1, per_lane = (int)k25_cdiv(E, 32);
+    const k25k_uniform u = uni ? *uni : k25k_uniform{NULL, NULL, 0};
     if (!router_block_forced() && G <= 32 && top_k <= 32 && per_lane <= 32) {
         auto *launch = per_lane <= 1    ? launch_warp<1>
                        : per_lane <= 2  ? launch_warp<2>
@@ -398,14 +382,12 @@ int k25k_router_topk(const float *logits, const float *bias, int T, int E, int n
                        : per_lane <= 16 ? launch_warp<16>
                                         : launch_warp<32>;
         if (T > kRowsPerBlock) sort = NULL;
-        launch(logits, bias, T, E, G, topk_group, top_k, norm_topk, scale, idx, wts, sort,
-               uni ? *uni : k25k_uniform{NULL, NULL, 0}, s);
+        launch(logits, bias, T, E, G, topk_group, top_k, norm_topk, scale, idx, wts, sort, u, s);
         return sort != NULL;
     }
     size_t smem = sizeof(float) * 2 * (size_t)E + (size_t)E;
     if (smem > 48 * 1024) K25_DIE("router: %d experts exceed the shared-memory top-k", E);
     k25_launch("router_topk", router_topk_kernel, T, 256, smem, s, logits, bias, E, n_group,
-               topk_group, top_k, norm_topk, scale, idx, wts);
-    if (uni) uniform_route(*uni, T, top_k, E, idx, s);
+               topk_group, top_k, norm_topk, scale, idx, wts, u);
     return 0;
 }

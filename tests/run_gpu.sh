@@ -71,8 +71,8 @@ if [ -x "$OPS" ]; then
     check ops_kimi_tp8_r3 600 "$OPS" --config config/kimi_k25.ini --tp 8 --rank 3 \
         --set model.num_hidden_layers=2 --rows 1,5,16,67 --ctx 600
     # run.uniform_routing: the router's ids replaced on the device exactly as on the CPU: in the
-    # warp top-k's launch (at 1 row before its routing sort, whose moe then follows), and with
-    # K25_ROUTER_BLOCK=1 by a kernel after the block top-k
+    # warp top-k's launch (at 1 row before its routing sort, whose moe then follows), and in the
+    # block top-k's (K25_ROUTER_BLOCK=1)
     check ops_kimi_tp8_uniform_routing 300 "$OPS" --config config/kimi_k25.ini --tp 8 --rank 3 \
         --set model.num_hidden_layers=2 --set run.uniform_routing=1 --rows 1,5,67 --ctx 600 \
         --only router
