@@ -8,6 +8,8 @@
 #   bench/run_h200.sh spec       # 4 layers, TP2: plain vs an EAGLE-3 head at Kimi dimensions,
 #                                #   controlled acceptance alpha in {0.5, 0.7, 0.8, 0.9}
 #   bench/run_h200.sh tp8sim     # all 61 layers as one TP8 rank's share on one GPU (run.sim_tp)
+#   bench/run_h200.sh tp8sim-uni # the same share with uniform routing: x4's sweep 1..256 on one
+#                                #   GPU (per-rank work only, no all-reduce)
 #   bench/run_h200.sh overlap    # 4 layers, 1 GPU: shared expert overlapped or not
 #   bench/run_h200.sh layers     # us per MoE layer at batch 1, TP8 share: (8 layers - 4 layers)
 #                                #   / 4, two runs each; BASE=other/k25bench alternates a second
@@ -72,6 +74,13 @@ for job in "$@"; do
             --concurrency 1,16 --profile-steps 3
         bench tp8sim-k61-h200x1-256 1 "${KIMI[@]}" "${T[@]}" --input-len 256 --output-len 64 \
             --concurrency 64,256 --profile-steps 3
+        ;;
+    tp8sim-uni)
+        T=(--set run.sim_tp=8 --set run.ctx_size=4096 --set run.uniform_routing=1)
+        bench tp8sim-k61-h200x1-uni-1k 1 "${KIMI[@]}" "${T[@]}" --input-len 1024 \
+            --output-len 128 --concurrency 1,2,4,8,16 --profile-steps 3
+        bench tp8sim-k61-h200x1-uni-256 1 "${KIMI[@]}" "${T[@]}" --input-len 256 \
+            --output-len 64 --concurrency 32,64,128,256 --profile-steps 3
         ;;
     overlap)
         O=(--set model.num_hidden_layers=4 --set run.ctx_size=2048 --input-len 256

@@ -62,11 +62,15 @@ __global__ void __launch_bounds__(1024) moe_route_kernel(const int32_t *__restri
 //     from 64 to 256 rows; under the synthetic router's concentrated routing (~11 slots, some
 //     experts above 16 whose weights are then read twice) it gained 6-9% from 32 to 128 rows and
 //     lost 2% at 256 (bench/NOTES.md, eleventh round);
-//   K25_MOE_OVER_ALL=1: every step's plans over-split, not only those of long items. Measured
-//     once under uniform routing (eleventh round): 32 / 128 / 256 rows 8% / 4% / 3.5% faster, 8
-//     rows 1% slower; not yet the default.
+//   K25_MOE_OVER_ROWS: the rows above which every step's plans over-split, not only those of long
+//     items (default 8; 0: every step). Under uniform routing (twelfth round, twice alternated):
+//     12 / 16 / 32 / 64 / 128 / 256 rows 6.5% / 1% / 7% / 2% / 3% / 3% faster, 8 rows 0.5% slower;
+//     under the synthetic router, whose steps above 16 rows mostly have long items anyway,
+//     within 1% from 8 to 256 rows. Over factor and split floor (K25K_MOE_OVER, _OVER_KB): 6 or
+//     a floor of 112 k-blocks gained 2% at 32 rows and lost 2-3% at 64-256 (uniform) or 6% at 64
+//     (synthetic router).
 typedef struct moe_knobs {
-    int long_slots, pass, over_all;
+    int long_slots, pass, over_rows;
 } moe_knobs;
 static const moe_knobs &moe_knobs_read(void) {
     static moe_knobs k = {-1, 0, 0};
@@ -75,7 +79,7 @@ static const moe_knobs &moe_knobs_read(void) {
         k.pass = k25_env_int("K25_MOE_PASS", K25K_MOE_PASS_MIN) == K25K_MOE_PASS
                      ? K25K_MOE_PASS
                      : K25K_MOE_PASS_MIN;
-        k.over_all = k25_env_flag("K25_MOE_OVER_ALL");
+        k.over_rows = k25_env_int("K25_MOE_OVER_ROWS", 8);
         k.long_slots = l > 0 ? l : 0;
     }
     return k;
@@ -103,7 +107,7 @@ void k25k_moe_sort(const int32_t *idx, int T, int top_k, int E, int I, int D, in
     if (A <= 0) return;
     const moe_knobs &k = moe_knobs_read();
     const moe_sort_opts o = {k25k_moe_route_target(T, num_sms), k.long_slots, moe_pass(T),
-                             k.over_all};
+                             T > k.over_rows};
     k25_launch("moe_route", moe_route_kernel, 1, 1024, k25k_moe_route_smem(A, E), s, idx, A,
                top_k, E, I, D, o, *r);
 }

@@ -83,6 +83,14 @@ if [ -x "$OPS" ]; then
     # K25_MOE_PASS=32 keeps items of up to 32 on the 4-tile one
     check ops_kimi_tp8_moe_pass32 300 env K25_MOE_PASS=32 "$OPS" --config config/kimi_k25.ini \
         --tp 8 --rank 3 --set model.num_hidden_layers=2 --rows 17,67 --ctx 600 --only moe
+    # split plans: above 8 rows every step over-splits (K25_MOE_OVER_ROWS); the plans of
+    # every step from 1 row, and of none but long items' steps
+    check ops_kimi_tp8_moe_over_rows0 300 env K25_MOE_OVER_ROWS=0 "$OPS" \
+        --config config/kimi_k25.ini --tp 8 --rank 3 --set model.num_hidden_layers=2 \
+        --rows 1,5,16 --ctx 600 --only moe
+    check ops_kimi_tp8_moe_over_rows_never 300 env K25_MOE_OVER_ROWS=100000 "$OPS" \
+        --config config/kimi_k25.ini --tp 8 --rank 3 --set model.num_hidden_layers=2 \
+        --rows 12,17,67 --ctx 600 --only moe
     # the grouped W4A16 GEMM is compiled apart for bf16 activations (no hi/lo split)
     check ops_kimi_tp8_moe_bf16act 300 env K25_BF16_ACTIVATIONS=1 "$OPS" --config config/kimi_k25.ini \
         --tp 8 --rank 3 --set model.num_hidden_layers=2 --rows 1,5,16,67 --ctx 600 --only moe
