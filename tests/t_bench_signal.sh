@@ -6,6 +6,13 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+# mpirun sends the ranks SIGTERM, then SIGKILL odls_base_sigkill_timeout seconds later (1 by
+# default); the ranks stop at the next step boundary. Under the sanitizer build on a loaded
+# 2-core machine the stretch from level 2's start to its first step boundary (a fresh engine,
+# then 32 prompts' prefill in one step) took up to ~3 s, so with 1 s the ranks were killed
+# before they stopped (3 of 4 runs with one busy process beside them). 5 s leaves room for it;
+# the stop itself is what this test checks.
+export OMPI_MCA_odls_base_sigkill_timeout=5
 bin=./k25bench
 [ -x "$bin" ] || { echo "missing $bin (build it first)"; exit 1; }
 tmp=$(mktemp -d)
