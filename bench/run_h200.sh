@@ -75,13 +75,6 @@ for job in "$@"; do
         bench tp8sim-k61-h200x1-256 1 "${KIMI[@]}" "${T[@]}" --input-len 256 --output-len 64 \
             --concurrency 64,256 --profile-steps 3
         ;;
-    tp8sim-uni)
-        T=(--set run.sim_tp=8 --set run.ctx_size=4096 --set run.uniform_routing=1)
-        bench tp8sim-k61-h200x1-uni-1k 1 "${KIMI[@]}" "${T[@]}" --input-len 1024 \
-            --output-len 128 --concurrency 1,2,4,8,16 --profile-steps 3
-        bench tp8sim-k61-h200x1-uni-256 1 "${KIMI[@]}" "${T[@]}" --input-len 256 \
-            --output-len 64 --concurrency 32,64,128,256 --profile-steps 3
-        ;;
     overlap)
         O=(--set model.num_hidden_layers=4 --set run.ctx_size=2048 --input-len 256
            --output-len 64 --concurrency 1,16 --profile-steps 0)
@@ -118,15 +111,17 @@ PY
         python3 bench/ncu_step.py "$OUT/ncu-step-k4-tp8sim.csv" --markdown \
             >"$OUT/ncu-step-k4-tp8sim-h200.md" && tail -12 "$OUT/ncu-step-k4-tp8sim-h200.md"
         ;;
-    x4|x4-low|x4-high|x4-spec)
+    x4|x4-low|x4-high|x4-spec|tp8sim-uni)
         # uniform routing: the spread of a load-balanced router over the 384 experts (the
-        # synthetic router concentrates a batch on fewer, bench/README.md)
+        # synthetic router concentrates a batch on fewer, bench/README.md); tp8sim-uni: the
+        # sweep's two parts on one GPU
         T=(--set run.sim_tp=8 --set run.ctx_size=4096 --set run.uniform_routing=1)
-        case $job in x4|x4-low)
-            bench tp8sim-k61-h200x4-uni-1k 4 "${KIMI[@]}" "${T[@]}" --input-len 1024 \
+        n=$([ "$job" = tp8sim-uni ] && echo 1 || echo 4)
+        case $job in x4|x4-low|tp8sim-uni)
+            bench tp8sim-k61-h200x$n-uni-1k $n "${KIMI[@]}" "${T[@]}" --input-len 1024 \
                 --output-len 128 --concurrency 1,2,4,8,16 --profile-steps 3 ;; esac
-        case $job in x4|x4-high)
-            bench tp8sim-k61-h200x4-uni-256 4 "${KIMI[@]}" "${T[@]}" --input-len 256 \
+        case $job in x4|x4-high|tp8sim-uni)
+            bench tp8sim-k61-h200x$n-uni-256 $n "${KIMI[@]}" "${T[@]}" --input-len 256 \
                 --output-len 64 --concurrency 32,64,128,256 --profile-steps 3 ;; esac
         case $job in x4|x4-spec)
             ./k25-mkeagle --config config/kimi_k25.ini --synthetic 5 --intermediate 12288 \

@@ -17,8 +17,8 @@ static_assert(K25K_MOE_PASS < (1 << W4_ITEM_BITS), "an item's slot count fits it
 // measured 20-28% slower at the TP1 and TP2 shapes with 1-16 tokens per expert, where the units
 // are about equally long). over > 1, for items of unequal length (many slots, see
 // moe_route_block) and for every step of more than K25_MOE_OVER_ROWS rows (moe_w4a16.cu): up to
-// over x target units, so that the ticket counter can even out the blocks, but splits of at least K25K_MOE_OVER_KB k-blocks (each split costs a unit's start and
-// its partial sums: 32 rows of the synthetic model lost 25% with 10 splits of 23 k-blocks in
+// over x target units, so that the ticket counter can even out the blocks, but splits of at
+// least K25K_MOE_OVER_KB k-blocks (each split costs a unit's start and its partial sums: 32 rows of the synthetic model lost 25% with 10 splits of 23 k-blocks in
 // place of 3). The split count does not grow with items, nor shrink with target or over, which
 // bounds the workspace by the fewest items a step can have, the largest target and
 // K25K_MOE_OVER.
@@ -52,6 +52,9 @@ __host__ __device__ static inline void moe_plan(int N, int K, int items, int tar
 struct moe_sort_opts {
     int target, long_slots, pass, over_all;
 };
+// The options of a step of T rows, from the knobs (moe_w4a16.cu): the same for the routing
+// sort's own kernel and the router's fused one.
+moe_sort_opts k25k_moe_sort_opts(int T, int num_sms);
 
 // One block. counts/offsets per expert, the active experts in ascending id, and for every
 // choice a = t*top_k + k its slot (position in the expert-sorted list) and the slot's token.

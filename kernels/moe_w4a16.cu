@@ -101,15 +101,17 @@ size_t k25k_moe_route_smem(int A, int E) {
     return smem;
 }
 
+moe_sort_opts k25k_moe_sort_opts(int T, int num_sms) {
+    const moe_knobs &k = moe_knobs_read();
+    return {k25k_moe_route_target(T, num_sms), k.long_slots, moe_pass(T), T > k.over_rows};
+}
+
 void k25k_moe_sort(const int32_t *idx, int T, int top_k, int E, int I, int D, int num_sms,
                    const k25k_moe_route *r, cudaStream_t s) {
     int A = T * top_k;
     if (A <= 0) return;
-    const moe_knobs &k = moe_knobs_read();
-    const moe_sort_opts o = {k25k_moe_route_target(T, num_sms), k.long_slots, moe_pass(T),
-                             T > k.over_rows};
     k25_launch("moe_route", moe_route_kernel, 1, 1024, k25k_moe_route_smem(A, E), s, idx, A,
-               top_k, E, I, D, o, *r);
+               top_k, E, I, D, k25k_moe_sort_opts(T, num_sms), *r);
 }
 
 // ------------------------------------------------------------------------------------------

@@ -173,7 +173,7 @@ __global__ void __launch_bounds__(SORT ? 512 : 32 * kRowsPerBlock)
     router_topk_warp_kernel(const float *logits, const float *bias, int T, int E, int G,
                             int topk_group, int top_k, int norm_topk, float scale,
                             int32_t *__restrict__ idx, float *__restrict__ wts,
-                            k25k_moe_route r, int I, int D, int target, k25k_uniform uni) {
+                            k25k_moe_route r, int I, int D, moe_sort_opts o, k25k_uniform uni) {
     const int lane = threadIdx.x & 31;
     const int t = blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5);
     k25_pdl_trigger();
@@ -193,9 +193,7 @@ __global__ void __launch_bounds__(SORT ? 512 : 32 * kRowsPerBlock)
     if constexpr (SORT) {
         extern __shared__ int sort_sm[];
         __syncthreads(); // every row's idx written (and visible to the block)
-        // (up to 4 rows here: items are never long)
-        moe_route_block(idx, T * top_k, top_k, E, I, D, {target, 0, K25K_MOE_PASS, 0}, r,
-                        sort_sm);
+        moe_route_block(idx, T * top_k, top_k, E, I, D, o, r, sort_sm);
     }
 }
 
@@ -348,13 +346,13 @@ static void launch_warp(const float *logits, const float *bias, int T, int E, in
         k25_launch("router_topk_sort", kernel, 1, threads,
                    k25k_moe_route_smem(T * top_k, E), s, logits, bias, T, E, G, topk_group,
                    top_k, norm_topk, scale, idx, wts, *sort->r, sort->I, sort->D,
-                   k25k_moe_route_target(T, sort->num_sms), uni);
+                   k25k_moe_sort_opts(T, sort->num_sms), uni);
         return;
     }
     auto *kernel = router_topk_warp_kernel<NPL, false>;
     k25_launch("router_topk_warp", kernel, (unsigned)k25_cdiv(T, kRowsPerBlock), 32 * rows, 0, s,
                logits, bias, T, E, G, topk_group, top_k, norm_topk, scale, idx, wts,
-               k25k_moe_route{}, 0, 0, 0, uni);
+               k25k_moe_route{}, 0, 0, moe_sort_opts{}, uni);
 }
 
 static int router_block_forced(void) {
