@@ -18,6 +18,7 @@
 #define MLA_HG 8   // heads per attention block (one warp each)
 #define MLA_JT 32  // cache rows per tile (one lane each in the score phase)
 #define MLA_OMAX 4 // latent dims per thread in the output phase: L <= 256 * MLA_OMAX
+#define MLA_OUT_RG 4 // rows of the W_UV projection in flight together (mla_out_kernel)
 
 template <typename CT>
 __device__ __forceinline__ const CT *cache_row(const k25k_mla_args &a, const CT *cache, int s,
@@ -702,16 +703,27 @@ __global__ void mla_out_kernel(k25k_mla_args a, const float *o_lat, const uint16
     }
     // W_UV is constant during a step: the loads above overlap the end of the merge
     k25_pdl_wait();
-    for (int t = 0; t < a.T; t++) {
-        const float *ol = o_lat + ((size_t)t * a.H + h) * L;
-        float acc = 0.0f;
+    // MLA_OUT_RG rows at a time, their o_lat loads issued together: one L2 round trip per group
+    // instead of one per row. Each row's sum is the same chain of fmaf and shuffles as alone.
+    for (int t0 = 0; t0 < a.T; t0 += MLA_OUT_RG) {
+        float acc[MLA_OUT_RG];
 #pragma unroll
-        for (int i = 0; i < 8 * MLA_OMAX; i++) {
-            int c = lane + 32 * i;
-            if (c < L) acc += wr[i] * ol[c];
+        for (int r = 0; r < MLA_OUT_RG; r++) {
+            acc[r] = 0.0f;
+            if (t0 + r >= a.T) continue;
+            const float *ol = o_lat + ((size_t)(t0 + r) * a.H + h) * L;
+#pragma unroll
+            for (int i = 0; i < 8 * MLA_OMAX; i++) {
+                int c = lane + 32 * i;
+                if (c < L) acc[r] += wr[i] * ol[c];
+            }
         }
-        acc = k25_warp_sum(acc);
-        if (lane == 0) out[(size_t)t * a.H * a.dv + row] = acc;
+#pragma unroll
+        for (int r = 0; r < MLA_OUT_RG; r++) {
+            if (t0 + r >= a.T) break; // warp-uniform
+            acc[r] = k25_warp_sum(acc[r]);
+            if (lane == 0) out[(size_t)(t0 + r) * a.H * a.dv + row] = acc[r];
+        }
     }
 }
 
