@@ -18,10 +18,10 @@ static_assert(K25K_MOE_PASS < (1 << W4_ITEM_BITS), "an item's slot count fits it
 // are about equally long). over > 1, for items of unequal length (many slots, see
 // moe_route_block) and for every step of more than K25_MOE_OVER_ROWS rows (moe_w4a16.cu): up to
 // over x target units, so that the ticket counter can even out the blocks, but splits of at
-// least K25K_MOE_OVER_KB k-blocks (each split costs a unit's start and its partial sums: 32 rows of the synthetic model lost 25% with 10 splits of 23 k-blocks in
-// place of 3). The split count does not grow with items, nor shrink with target or over, which
-// bounds the workspace by the fewest items a step can have, the largest target and
-// K25K_MOE_OVER.
+// least K25K_MOE_OVER_KB k-blocks (each split costs a unit's start and its partial sums: 32
+// rows of the synthetic model lost 25% with 10 splits of 23 k-blocks in place of 3). The split
+// count does not grow with items, nor shrink with target or over, which bounds the workspace by
+// the fewest items a step can have, the largest target and K25K_MOE_OVER.
 #define K25K_MOE_OVER 3
 #define K25K_MOE_OVER_KB 56
 __host__ __device__ static inline void moe_plan(int N, int K, int items, int target, int over,
