@@ -11,6 +11,7 @@
 // Shapes (local heads H): q [T][H][dn+dr], kv [T][L+dr] (raw kv_a output), out [T][H][dv];
 // cache [n_blocks*kv_block][L+dr] per layer, bf16 (default) or f32 (K25_KV_F32=1: the exact
 // latents, for bit-closeness to a float32 reference); kv_b [H*(dn+dv)][L] bf16.
+#include <limits.h>
 #include <stdlib.h>
 
 #include "cuda_kernels.cuh"
@@ -389,8 +390,9 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
     float *sf = reinterpret_cast<float *>(plo + MMA_HM * MMA_PS); // [MMA_HM][MMA_JT] scores
     float *corr = sf + MMA_HM * MMA_JT;                           // [MMA_HM]
     k25_pdl_trigger();
-    k25_pdl_wait();
 
+    // pos, seq and the block table are the step's inputs, copied before its first kernel: read
+    // before the wait
     const int chunk = blockIdx.x, h0 = blockIdx.y * MMA_HM, t = blockIdx.z;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int s = a.seq[t], len = a.pos[t] + 1;
@@ -398,6 +400,7 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
     const int j0 = chunk * clen, j1 = min(len, j0 + clen);
     const int nh = min(MMA_HM, a.H - h0);
     if (j0 >= j1) { // nothing here (the merge counts only the non-empty chunks)
+        k25_pdl_wait();
         if (tid < nh) {
             float *ml = part_ml + (((size_t)t * a.H + h0 + tid) * n_chunks + chunk) * 2;
             ml[0] = -INFINITY;
@@ -407,10 +410,11 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
     }
 
     // Tile rows -> cache row indices: lane l resolves rows l and l + 32 through the block
-    // table once; the warps then fetch each row's 16-byte pieces with consecutive lanes.
+    // table once (resolve); the warps then fetch each row's 16-byte pieces with consecutive
+    // lanes (fetch rows [jlo, jhi) of the tile, zeros past the chunk).
     const int vpr = W / 8; // 16-byte pieces per cache row
-    auto load_tile = [&](int jt, uint16_t *buf) {
-        int rix[2];
+    bool bad_block = false; // reported after the wait (no global write before it)
+    auto resolve = [&](int jt, int (&rix)[2]) {
 #pragma unroll
         for (int u = 0; u < 2; u++) {
             const int j = jt + lane + 32 * u;
@@ -421,16 +425,19 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
                               ? a.block_table[(size_t)s * a.max_blocks + bi]
                               : -1;
                 if (blk < 0 || blk >= a.n_blocks) {
-                    atomicExch(a.err, 2);
+                    bad_block = true;
                     blk = 0;
                 }
                 rix[u] = blk * a.kv_block + j % a.kv_block;
             }
         }
+    };
+    auto fetch = [&](int jt, const int (&rix)[2], uint16_t *buf, int jlo, int jhi) {
 #pragma unroll 4
         for (int i = 0; i < MMA_JT / MMA_WARPS; i++) {
             const int r = warp + MMA_WARPS * i; // warp-uniform
             const int ri = __shfl_sync(0xffffffffu, r < 32 ? rix[0] : rix[1], r & 31);
+            if (jt + r < jlo || jt + r >= jhi) continue;
             uint16_t *dst = buf + r * WS;
             if (ri >= 0) {
                 const uint16_t *src = cache + (size_t)ri * W;
@@ -442,8 +449,20 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
         }
     };
 
+    // The step writes the cache rows of its own tokens (the absorption kernel before this one):
+    // a sequence's rows of the step are consecutive positions, so those of row t's sequence
+    // are at pos[t] - (T - 1) or later. The first tile's rows before that were written by
+    // earlier steps, and their fetch, the block's first DRAM round trip, overlaps the kernel
+    // before this one; the rest of the tile follows the wait.
     const int n_tiles = (int)k25_cdiv(j1 - j0, MMA_JT);
-    load_tile(j0, cbuf);
+    const int j_old = len - a.T; // rows [0, j_old) of the sequence are older than the step
+    {
+        int rix[2];
+        resolve(j0, rix);
+        fetch(j0, rix, cbuf, 0, j_old);
+        k25_pdl_wait();
+        fetch(j0, rix, cbuf, j_old, INT_MAX);
+    }
     k25_cp_commit();
 
     // Q (f32 q_abs then roped q_pe) -> bf16 hi + lo; zero heads past nh and columns past W.
@@ -499,7 +518,9 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
         const int jt = j0 + it * MMA_JT;
         const uint16_t *cb = cbuf + (it & 1) * MMA_JT * WS;
         if (it + 1 < n_tiles) {
-            load_tile(jt + MMA_JT, cbuf + ((it + 1) & 1) * MMA_JT * WS);
+            int rix[2];
+            resolve(jt + MMA_JT, rix);
+            fetch(jt + MMA_JT, rix, cbuf + ((it + 1) & 1) * MMA_JT * WS, 0, INT_MAX);
             k25_cp_commit();
             k25_cp_wait<1>();
         } else {
@@ -605,6 +626,7 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
         }
         __syncthreads(); // the buffer is refilled by the next iteration's prefetch
     }
+    if (bad_block) atomicExch(a.err, 2);
 
 #pragma unroll
     for (int i = 0; i < MMA_NT16; i++) {

@@ -14,7 +14,9 @@ Rules, for every kernel in the objects:
     reduction or async copy; no global load either, unless the kernel's name matches
     --prologue (its source loads weights before the wait on purpose: such a kernel must read
     the previous kernel's output with coherent loads, __ldcg or a plain load through a pointer
-    without __restrict__, which is checked in the source, not here);
+    without __restrict__, which is checked in the source, not here); async copies into shared
+    memory (LDGSTS) only in a kernel that matches --async-prologue (the MLA attention fetches
+    the cache rows older than the step before its wait);
   - a kernel without ACQBULK: an error unless its name matches --exempt (load-time kernels).
 Prints one line per kernel and exits 1 on any violation.
 
@@ -29,8 +31,9 @@ import shutil
 import subprocess
 import sys
 
-DEFAULT_PROLOGUE = r"mla_out_kernel|mla_absorb_kernel|gemv_tile_kernel|router_topk_warp_kernel|rmsnorm_reg_kernel"
+DEFAULT_PROLOGUE = r"mla_attn_mma_kernel|mla_out_kernel|mla_absorb_kernel|gemv_tile_kernel|router_topk_warp_kernel|rmsnorm_reg_kernel"
 DEFAULT_EXEMPT = r"w4_repack_|synth_fill_kernel"
+DEFAULT_ASYNC_PROLOGUE = r"mla_attn_mma_kernel"
 
 # Global or generic memory instructions (shared memory and constant-bank loads are not).
 STORE_LIKE = re.compile(r"^(STG|ST|ATOMG|ATOM|RED|REDG|REDUX\.G|LDGSTS|UBLKCP|UTMALDG|UTMASTG)(\.|$)")
@@ -74,7 +77,7 @@ def kernels_of(cuobjdump, obj):
     return funcs
 
 
-def check(name, ops, prologue, exempt):
+def check(name, ops, prologue, exempt, async_prologue):
     """(ok, note) for one kernel."""
     waits, triggers = ops.count("ACQBULK"), ops.count("PREEXIT")
     if not waits:
@@ -83,7 +86,8 @@ def check(name, ops, prologue, exempt):
         return False, "no griddepcontrol.wait (ACQBULK)"
     first = ops.index("ACQBULK")
     before = ops[:first]
-    bad = sorted({o for o in before if STORE_LIKE.match(o)})
+    copies = [o for o in before if o.startswith("LDGSTS")] if async_prologue.search(name) else []
+    bad = sorted({o for o in before if STORE_LIKE.match(o) and o not in copies})
     loads = [o for o in before if LOAD.match(o)]
     note = f"wait x{waits}, trigger x{triggers}"
     if bad:
@@ -93,6 +97,8 @@ def check(name, ops, prologue, exempt):
     if loads:
         nc = sum("CONSTANT" in o for o in loads)
         note += f"; prologue: {len(loads)} weight loads before the wait ({nc} .nc)"
+    if copies:
+        note += f", {len(copies)} async copies"
     return True, note
 
 
@@ -102,6 +108,8 @@ def main():
     ap.add_argument("--cuobjdump")
     ap.add_argument("--prologue", default=DEFAULT_PROLOGUE,
                     help="kernels allowed to load (weights) before the wait, regex")
+    ap.add_argument("--async-prologue", default=DEFAULT_ASYNC_PROLOGUE,
+                    help="kernels allowed to issue async copies (LDGSTS) before the wait, regex")
     ap.add_argument("--exempt", default=DEFAULT_EXEMPT,
                     help="kernels allowed to have no PDL (load time), regex")
     args = ap.parse_args()
@@ -111,12 +119,13 @@ def main():
         sys.exit("check_pdl_sass: no object files (build with CUDA=1 first)")
     cuobjdump = find_cuobjdump(args.cuobjdump)
     prologue, exempt = re.compile(args.prologue), re.compile(args.exempt)
+    async_prologue = re.compile(args.async_prologue)
     n_bad = n = 0
     for obj in objs:
         funcs = kernels_of(cuobjdump, obj)
         pretty = demangle(list(funcs))
         for name, ops in sorted(funcs.items(), key=lambda kv: pretty[kv[0]]):
-            ok, note = check(pretty[name], ops, prologue, exempt)
+            ok, note = check(pretty[name], ops, prologue, exempt, async_prologue)
             n += 1
             n_bad += not ok
             short = pretty[name].split("(")[0]
