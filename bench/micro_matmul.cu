@@ -22,7 +22,7 @@
 //                [--no-pairs] [--warm]
 //   --pairs: the pair table only; --no-pairs: the single projections only; --warm: every call
 //   reads the same copy of the weights, from L2 where they fit (what a projection takes when
-//   its weights were prefetched into L2, the most that be->prefetch can gain).
+//   its weights are already in L2: the most that prefetching them could gain).
 #include <math.h>
 
 #include "micro_common.cuh"
@@ -314,7 +314,7 @@ int main(int argc, char **argv) {
             int copies = (int)ceil(1.1e9 / (double)wb);
             if (copies < 2) copies = 2;
             if (copies > 600) copies = 600;
-                uint16_t *rot;
+            uint16_t *rot;
             CUDA_CHECK(cudaMalloc(&rot, wb * copies));
             k25k_synth_fill(rot, 2, K25_SYNTH_UNIFORM, -14, SEED, 100 + si, (int64_t)copies * N,
                             K, K, 0, 0, s);

@@ -31,7 +31,8 @@ import shutil
 import subprocess
 import sys
 
-DEFAULT_PROLOGUE = r"mla_attn_mma_kernel|mla_out_kernel|mla_absorb_kernel|gemv_tile_kernel|router_topk_warp_kernel|rmsnorm_reg_kernel"
+DEFAULT_PROLOGUE = (r"mla_attn_mma_kernel|mla_out_kernel|mla_absorb_kernel|gemv_tile_kernel|"
+                    r"router_topk_warp_kernel|rmsnorm_reg_kernel")
 DEFAULT_EXEMPT = r"w4_repack_|synth_fill_kernel"
 DEFAULT_ASYNC_PROLOGUE = r"mla_attn_mma_kernel"
 
