@@ -56,6 +56,9 @@ ifeq ($(CUDA),1)
   LDLIBS     += -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -lcudart -lcublasLt -lcublas -lnccl \
                 -Wl,-rpath,$(CUDA_HOME)/lib64 -lstdc++
   CU_SRCS    := $(wildcard kernels/*.cu)
+  # CUPTI, for k25bench --trace only (src/kernel_trace.h)
+  TRACE_LIBS := -L$(CUDA_HOME)/extras/CUPTI/lib64 -lcupti -Wl,-rpath,$(CUDA_HOME)/lib \
+                -Wl,-rpath,$(CUDA_HOME)/extras/CUPTI/lib64
 else
   $(info ✗ CUDA: not built (CUDA=0 or no nvcc at $(NVCC)); CPU backend only)
   CU_SRCS    :=
@@ -63,9 +66,12 @@ endif
 
 # Library sources: everything in src/ except entry points; entry points are *_main.c / main.c.
 MAIN_SRCS := src/main.c bench/k25bench.c
-LIB_SRCS  := $(filter-out $(MAIN_SRCS) src/backend_cuda_none.c,$(wildcard src/*.c))
+LIB_SRCS  := $(filter-out $(MAIN_SRCS) src/backend_cuda_none.c src/kernel_trace_%.c,\
+                          $(wildcard src/*.c))
 ifneq ($(CUDA),1)
-  LIB_SRCS += src/backend_cuda_none.c
+  LIB_SRCS += src/backend_cuda_none.c src/kernel_trace_none.c
+else
+  LIB_SRCS += src/kernel_trace_cupti.c
 endif
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o) $(CU_SRCS:%.cu=$(BUILD)/%.o)
 TOOLS     := $(patsubst tools/%.c,%,$(wildcard tools/*.c))
@@ -107,7 +113,7 @@ k25dec: $(BUILD)/src/main.o $(BUILD)/libk25.a .build-flavor
 	$(MPICC) -o $@ $(filter-out .build-flavor,$^) $(LDLIBS)
 
 k25bench: $(BUILD)/bench/k25bench.o $(BUILD)/libk25.a .build-flavor
-	$(MPICC) -o $@ $(filter-out .build-flavor,$^) $(LDLIBS)
+	$(MPICC) -o $@ $(filter-out .build-flavor,$^) $(LDLIBS) $(TRACE_LIBS)
 
 $(TOOLS): %: $(BUILD)/tools/%.o $(BUILD)/libk25.a .build-flavor
 	$(MPICC) -o $@ $(filter-out .build-flavor,$^) $(LDLIBS)

@@ -4,7 +4,8 @@
 // requests), submits every request at t = 0 to the batching engine with at most `concurrency`
 // in flight, and reports throughput and latency metrics as vLLM defines them
 // (../shared/PERF.md §8, src/serve_metrics.h), the peak backend memory and where the time of a
-// full decode step goes (src/op_profile.h).
+// full decode step goes (src/op_profile.h), and with --trace a kernel trace of the decode steps
+// as served (src/kernel_trace.h).
 //
 // Output: '#' lines describing the run and a markdown table on stdout (one row per level, as
 // levels finish), progress on stderr, one JSON object per level in --json FILE (rewritten
@@ -30,6 +31,7 @@
 #include "dist.h"
 #include "engine.h"
 #include "instance.h"
+#include "kernel_trace.h"
 #include "op_profile.h"
 #include "pipeline.h"
 #include "serve_metrics.h"
@@ -45,7 +47,7 @@
 #define MAX_SPEC_MODES 16
 
 typedef struct bench_args {
-    const char *model_dir, *config_file, *backend, *json, *plot;
+    const char *model_dir, *config_file, *backend, *json, *plot, *trace;
     int synthetic;
     uint64_t synth_seed;
     const char *sets[MAX_SETS];
@@ -110,6 +112,9 @@ static void usage(FILE *f) {
         "                          own tokens (default: draft)\n"
         "output:\n"
         "  --json FILE             one JSON object per level (rewritten after each level)\n"
+        "  --trace FILE.csv        every kernel of the breakdown's decode steps as served, with\n"
+        "                          its start and end on the GPU (rank 0's GPU; CUDA builds;\n"
+        "                          summary: bench/trace_summary.py FILE.csv)\n"
         "  --plot FILE.png         output tok/s and TPOT against concurrency (needs python3 +\n"
         "                          matplotlib; skipped with a message when missing)\n"
         "  -h, --help\n",
@@ -238,6 +243,8 @@ static int parse_args(int argc, char **argv, bench_args *a, char *err) {
             a->json = val;
         } else if (!strcmp(f, "--plot")) {
             a->plot = val;
+        } else if (!strcmp(f, "--trace")) {
+            a->trace = val;
         } else {
             return k25_err(err, "unknown option '%s' (see --help)", f);
         }
@@ -254,6 +261,9 @@ static int parse_args(int argc, char **argv, bench_args *a, char *err) {
         return k25_err(err, "--profile-only times plain decode steps: not with --spec-draft");
     if (a->profile_only && a->profile_steps == 0)
         return k25_err(err, "--profile-only with --profile-steps 0 would time nothing");
+    if (a->trace && a->profile_steps == 0)
+        return k25_err(err, "--trace records the breakdown's decode steps: not with "
+                            "--profile-steps 0");
     if (a->spec_draft && !a->spec_k) a->spec_k = 3;
     if (a->spec_draft && !a->n_spec_modes) a->n_spec_modes = 1; // the draft's own tokens
     return 0;
@@ -690,6 +700,9 @@ static k25_engine *new_engine(k25_model *m, const k25_config *c, int conc, int p
     return e;
 }
 
+// Set on the rank that traces kernels (--trace): the unprofiled decode steps are marked.
+static int tracing;
+
 // Set when a signal stopped the sweep (at the same step on every rank).
 static int bench_stopped;
 
@@ -770,7 +783,8 @@ static int profile_tokens(int steps) { return 2 * steps + 3; }
 
 // Runs engine steps until `steps` of them decoded all n sequences and prefilled nothing, after
 // one such step untimed (the first after prefill or after a change of step mode). Returns how
-// many were timed; *ms gets their total time and, when groups is given, the operation
+// many were timed; *ms gets their total time (and the kernel trace marks the steps when groups is
+// not given and tracing is on) and, when groups is given, the operation
 // profile's per-group times of those same steps are added to it (the profile accumulates over
 // every step: taken after each).
 static int time_full_decode_steps(k25_engine *e, int n, int steps, const k25_dist *d, double *ms,
@@ -778,11 +792,14 @@ static int time_full_decode_steps(k25_engine *e, int n, int steps, const k25_dis
     double g[K25_OPG_N];
     int seen = 0, timed = 0;
     *ms = 0;
-    while (timed < steps && step_on(e, d)) {
+    while (timed < steps) {
+        if (tracing && !groups) kernel_trace_step_begin();
+        if (!step_on(e, d)) break;
         if (groups) op_profile_take(g);
         const k25_step_info *si = engine_last_step(e);
         if (si->n_prefill != 0 || si->n_decode != n) continue;
         if (seen++ == 0) continue;
+        if (tracing && !groups) kernel_trace_step_end(n);
         for (int k = 0; groups && k < K25_OPG_N; k++) groups[k] += g[k];
         *ms += si->ms;
         timed++;
@@ -1219,12 +1236,18 @@ int main(int argc, char **argv) {
     if (d.world_rank == 0) {
         if (a.json) ok = check_writable(a.json, err) == 0;
         if (ok && a.plot) ok = check_writable(a.plot, err) == 0;
+        if (ok && a.trace) ok = check_writable(a.trace, err) == 0;
         if (ok && a.plot) {
             char why[K25_ERR_LEN];
             do_plot = find_plotter(plot_script, sizeof plot_script, why) == 0;
             if (!do_plot) k25_log("k25bench: %s: the run goes on without a plot\n", why);
         }
     }
+    if (ok && a.trace && strcmp(cfg.backend, "cuda"))
+        ok = k25_err(err, "--trace records GPU kernels: needs --backend cuda") == 0;
+    // before the backend exists, so that its context is traced from its start
+    if (ok && a.trace && d.world_rank == 0) ok = kernel_trace_start(err) == 0;
+    tracing = ok && a.trace && d.world_rank == 0;
     agree_or_exit(&d, ok, err);
     if (!strcmp(cfg.backend, "cuda")) check_gpus_free(&d);
 
@@ -1323,6 +1346,7 @@ int main(int argc, char **argv) {
             }
         }
     }
+    if (a.trace) agree_or_exit(&d, !tracing || kernel_trace_finish(a.trace, err) == 0, err);
     for (int i = 0; i < n_done; i++) cJSON_free(lines[i]), free(res[i].spec);
     free(lines);
     free(res);

@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""Summary of a kernel trace (k25bench --trace FILE.csv) as markdown tables.
+
+For each batch size (rows) in the trace:
+  - the step: its span on the GPU (first kernel start to last kernel end), the time some kernel
+    ran, and the idle time between kernels;
+  - per kernel: launches a step, mean duration in place (start to end, overlap included), and the
+    time it adds to the step's frontier: walking the kernels in start order, the part of each
+    one that ends after every earlier kernel has ended. The frontier times and the idle time add
+    up to the span, so they say where the step's time goes with the overlap of programmatic
+    dependent launch and of the second stream counted once;
+  - with --layer, one layer's kernels in order (from after one attention kernel to the next, in
+    the middle of the first step): start after the previous kernel's end (negative: overlap),
+    duration, frontier time, shared-memory configuration.
+"""
+import argparse
+import csv
+import lzma
+import statistics
+import sys
+from collections import OrderedDict, defaultdict
+
+
+def short_name(name):
+    """The kernel's name with its template arguments, without return type and parameters."""
+    if name.startswith("void "):
+        name = name[5:]
+    depth = 0
+    for i, c in enumerate(name):
+        if c == "<":
+            depth += 1
+        elif c == ">":
+            depth -= 1
+        elif c == "(" and depth == 0:
+            return name[:i]
+    return name
+
+
+def load(path):
+    steps = defaultdict(lambda: defaultdict(list))  # rows -> step -> kernels
+    opener = lzma.open if path.endswith(".xz") else open  # committed traces are compressed
+    with opener(path, "rt", newline="") as f:
+        for r in csv.DictReader(f):
+            k = {
+                "start": int(r["start_ns"]) / 1000.0,
+                "end": int(r["end_ns"]) / 1000.0,
+                "stream": r["stream"],
+                "grid": r["grid"],
+                "block": r["block"],
+                "smem": int(r["smem_config"]) // 1024,
+                "name": short_name(r["name"]),
+            }
+            steps[int(r["rows"])][int(r["step"])].append(k)
+    for by_step in steps.values():
+        for ks in by_step.values():
+            ks.sort(key=lambda k: k["start"])
+    return steps
+
+
+def frontier(ks):
+    """Per kernel the time it adds to the frontier; idle time; busy time."""
+    front = ks[0]["start"]
+    idle = 0.0
+    adds = []
+    for k in ks:
+        if k["start"] > front:
+            idle += k["start"] - front
+            front = k["start"]
+        adds.append(max(0.0, k["end"] - front))
+        front = max(front, k["end"])
+    return adds, idle
+
+
+def summarize(rows, by_step, top, layer):
+    spans, idles, counts = [], [], []
+    per = OrderedDict()
+    for ks in by_step.values():
+        adds, idle = frontier(ks)
+        spans.append(ks[-1]["end"] - ks[0]["start"])
+        idles.append(idle)
+        counts.append(len(ks))
+        for k, a in zip(ks, adds):
+            p = per.setdefault(k["name"], {"n": 0, "dur": 0.0, "add": 0.0, "smem": set()})
+            p["n"] += 1
+            p["dur"] += k["end"] - k["start"]
+            p["add"] += a
+            p["smem"].add(k["smem"])
+    n = len(by_step)
+    span = statistics.mean(spans)
+    print(f"## {rows} rows: {n} steps, span {span:.1f} us (min {min(spans):.1f}, max "
+          f"{max(spans):.1f}), idle between kernels {statistics.mean(idles):.1f} us, "
+          f"{statistics.mean(counts):.0f} kernels a step\n")
+    print("| kernel | a step | mean us | frontier us a step | % of span | smem config KB |")
+    print("| --- | ---: | ---: | ---: | ---: | --- |")
+    order = sorted(per.items(), key=lambda kv: -kv[1]["add"])
+    for name, p in order[:top]:
+        smem = ",".join(str(s) for s in sorted(p["smem"]))
+        print(f"| `{name}` | {p['n'] / n:.0f} | {p['dur'] / p['n']:.2f} | {p['add'] / n:.1f} | "
+              f"{100 * p['add'] / n / span:.1f} | {smem} |")
+    rest = order[top:]
+    if rest:
+        add = sum(p["add"] for _, p in rest) / n
+        print(f"| {len(rest)} others | | | {add:.1f} | {100 * add / span:.1f} | |")
+    print(f"| idle | | | {statistics.mean(idles):.1f} | "
+          f"{100 * statistics.mean(idles) / span:.1f} | |\n")
+    if layer:
+        print_layer(rows, by_step[min(by_step)], layer)
+
+
+def print_layer(rows, ks, anchor):
+    at = [i for i, k in enumerate(ks) if k["name"].startswith(anchor)]
+    if len(at) < 2:
+        print(f"(no two '{anchor}' kernels in a {rows}-row step: no layer shown)\n")
+        return
+    m = len(at) // 2
+    lo, hi = at[m - 1] + 1, at[m] + 1
+    adds, _ = frontier(ks)
+    print(f"One layer of a {rows}-row step (kernels {lo}-{hi - 1}, after one `{anchor}` kernel to "
+          "the next):\n")
+    print("| # | kernel | stream | grid | block | after prev end us | us | frontier us | smem KB |")
+    print("| ---: | --- | ---: | --- | --- | ---: | ---: | ---: | ---: |")
+    tot = 0.0
+    for i in range(lo, hi):
+        k = ks[i]
+        gap = k["start"] - ks[i - 1]["end"]
+        tot += adds[i]
+        print(f"| {i} | `{k['name']}` | {k['stream']} | {k['grid']} | {k['block']} | {gap:.2f} | "
+              f"{k['end'] - k['start']:.2f} | {adds[i]:.2f} | {k['smem']} |")
+    print(f"\nThe layer's span: {ks[hi - 1]['end'] - ks[lo - 1]['end']:.1f} us; its kernels' "
+          f"frontier time {tot:.1f} us.\n")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("trace", help="CSV written by k25bench --trace (or that CSV xz-compressed)")
+    ap.add_argument("--top", type=int, default=25, help="kernels listed per batch size")
+    ap.add_argument("--layer", default="mla_attn", metavar="NAME",
+                    help="kernel that delimits the layer shown ('' for none)")
+    a = ap.parse_args()
+    steps = load(a.trace)
+    if not steps:
+        sys.exit(f"{a.trace}: no kernels in marked steps")
+    for rows in sorted(steps):
+        summarize(rows, steps[rows], a.top, a.layer)
+
+
+if __name__ == "__main__":
+    main()
