@@ -95,7 +95,8 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
     while (cuptiActivityGetNextRecord(buf, valid, &rec) == CUPTI_SUCCESS) {
         if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) continue;
         const CUpti_ActivityKernel10 *a = (const CUpti_ActivityKernel10 *)rec;
-        if (!may_belong(a->start)) continue;
+        // a forced flush can hand over a kernel not yet timed (its end 0): never one of a step's
+        if (a->end < a->start || !may_belong(a->start)) continue;
         grow((void **)&tr.k, sizeof *tr.k, tr.n_k + 1, &tr.cap_k);
         tr.k[tr.n_k++] = (trace_kernel){
             .start = a->start, .end = a->end, .stream = a->streamId,

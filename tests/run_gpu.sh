@@ -7,7 +7,8 @@
 #      graphs, with the shared-expert overlap off, on 1 rank and on 2 ranks when 2 GPUs are
 #      visible (one-shot fused all-reduce + add + RMSNorm, and NCCL only);
 #   3. a full-dimension synthetic Kimi-K2.5 (K25_FULL_LAYERS layers, default 8) decoding on one
-#      GPU with finite logits, and its time per token and per MoE layer at batch 1;
+#      GPU with finite logits, and its time per token and per MoE layer at batch 1; a kernel
+#      trace of a tiny model's decode steps (k25bench --trace);
 #   4. speculative decoding (every draft source, 1 and 2 ranks): the same greedy ids as plain;
 #   5. pipeline stages: TP1 x PP2 gives the ids of TP2 and of one GPU (2 GPUs);
 #   6. a rank SIGKILLed mid-decode, and SIGTERM, on two GPUs (tests/t_rank_kill.sh);
@@ -21,6 +22,7 @@ cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 LOG=${K25_GPU_LOG:-$BUILD/gpu-tests.log}
 K25=${K25_DEC:-./k25dec}
+BENCH=${K25_BENCH:-./k25bench}
 OPS=${K25_GPU_OPS:-$BUILD/tests/gpu_ops}
 FULL_LAYERS=${K25_FULL_LAYERS:-8}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -184,6 +186,14 @@ PY"
     [ -f "$tmp/full_${FULL_LAYERS}layers_graph.out" ] && grep -h 'eval time' "$tmp/full_${FULL_LAYERS}layers_graph.out" | tail -1 | awk -v L="$FULL_LAYERS" '{
         for (i = 1; i <= NF; i++) if ($i == "ms" && $(i+1) == "per") ms = $(i-1);
         if (ms != "") printf "     full model, batch 1: %s ms per token over %d layers (%.3f ms per layer incl. lm_head share)\n", ms, L, ms / L }'
+
+    # the kernel trace (k25bench --trace, CUPTI) of a tiny model's decode steps as served: three
+    # marked steps a level, each with its kernels, read back by bench/trace_summary.py
+    check bench_trace 120 bash -c "$BENCH --config config/tiny.ini --synthetic 1 --backend cuda \
+        --concurrency 1,2 --input-len 16 --output-len 8 --profile-only --trace $tmp/trace.csv \
+        >$tmp/trace-bench.md && python3 bench/trace_summary.py $tmp/trace.csv --top 100 >$tmp/trace.md && \
+        grep '^## ' $tmp/trace.md && grep -q '^## 1 rows: 3 steps' $tmp/trace.md && \
+        grep -q '^## 2 rows: 3 steps' $tmp/trace.md && grep -q '^| \`embed_kernel\` | 1 |' $tmp/trace.md"
 
     # ---- 4. speculative decoding: greedy output equals plain greedy decoding ----
     # Tokens must be identical; logits are compared with a tolerance (a verification step
