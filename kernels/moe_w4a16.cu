@@ -42,15 +42,17 @@
 // Routing: counting sort of the choices by expert
 // ------------------------------------------------------------------------------------------
 
-// The routing sort as a kernel of its own (moe_route.cuh).
+// The routing sort as a kernel of its own (moe_route.cuh). It triggers the routed experts' GEMM
+// at its end, not its start: that GEMM's resident blocks fill every SM's registers and would
+// keep the shared expert's side branch off the GPU while they wait for this sort.
 __global__ void __launch_bounds__(1024) moe_route_kernel(const int32_t *__restrict__ idx, int A,
                                                          int top_k, int E, int I, int D,
                                                          moe_sort_opts o,
                                                          k25k_moe_route r) {
     extern __shared__ int sm[];
-    k25_pdl_trigger();
     k25_pdl_wait();
     moe_route_block(idx, A, top_k, E, I, D, o, r, sm);
+    k25_pdl_trigger();
 }
 
 // The routing sort's knobs, read once (the fields of moe_sort_opts):

@@ -29,6 +29,15 @@
 // depends on its scan order anyway, here a NaN with the sign bit clear ranks first.
 
 constexpr int kRowsPerBlock = 4; // warps (rows) per block of the warp kernel
+constexpr int kMaxTopK = 64;      // k25k_router_topk refuses more
+// The routed experts' GEMM follows the sorting launch. Its resident blocks fill every SM's
+// registers, and launched early (PDL) they wait there for the sort and keep the shared expert's
+// kernels (a side branch that becomes ready while the router runs) off the GPU. Up to this many
+// rows the sorting launch triggers that GEMM only at its end, so the shared expert runs beside
+// the router instead: 1-1.7% faster a step at 1 row, 0.6-1.1% at 2; at 3 and 4 rows ~1% slower
+// (there the shared expert's kernels slow the router's more than the overlap gains:
+// bench/NOTES.md, sixteenth round).
+constexpr int kLateTriggerRows = 2;
 
 __device__ __forceinline__ uint64_t choice_key(float v, int e) {
     uint32_t u = __float_as_uint(v);
@@ -167,27 +176,34 @@ __device__ __forceinline__ void topk_row(const float *logits, const float (&b)[N
 // Block of kRowsPerBlock warps (SORT: of every row of the step, and more warps for the sort),
 // warp w: row blockIdx.x * kRowsPerBlock + w. The bias is a weight: it is loaded before the
 // wait, while the router GEMV still runs; the logits (that GEMV's output) are read after it,
-// with coherent loads like the bias (see the PDL rules in cuda_common.cuh).
+// with coherent loads like the bias (see the PDL rules in cuda_common.cuh). trigger_late: the
+// next kernel is triggered at the end, not at the start (kLateTriggerRows).
 template <int NPL, bool SORT>
 __global__ void __launch_bounds__(SORT ? 512 : 32 * kRowsPerBlock)
     router_topk_warp_kernel(const float *logits, const float *bias, int T, int E, int G,
                             int topk_group, int top_k, int norm_topk, float scale,
                             int32_t *__restrict__ idx, float *__restrict__ wts,
-                            k25k_moe_route r, int I, int D, moe_sort_opts o, k25k_uniform uni) {
+                            k25k_moe_route r, int I, int D, moe_sort_opts o, k25k_uniform uni,
+                            int trigger_late) {
     const int lane = threadIdx.x & 31;
     const int t = blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5);
-    k25_pdl_trigger();
+    if (!trigger_late) k25_pdl_trigger();
     float b[NPL];
 #pragma unroll
     for (int j = 0; j < NPL; j++) b[j] = j * 32 + lane < E ? __ldcg(bias + j * 32 + lane) : 0.0f;
+    // Benchmarks' uniform routing: the row's ids are a function of step inputs (uploaded before
+    // the step's first kernel), so lane 0 draws them before the wait, while the router GEMV runs.
+    // After it they were the longest part of this kernel at batch 1 (~3.7 us of ~11: one
+    // thread's serial draws), a cost of the benchmark's instrument, not of the model.
+    int32_t drawn[kMaxTopK];
+    const bool draw = uni.pos && t < T && lane == 0;
+    if (draw) k25_uniform_experts(uni.layer, uni.seq[t], uni.pos[t], top_k, E, drawn);
     k25_pdl_wait();
     if (t < T) {
         topk_row<NPL>(logits, b, t, E, G, topk_group, top_k, norm_topk, scale, idx, wts);
-        if (uni.pos) { // benchmarks: the row's ids replaced (one lane, after the others wrote)
+        if (uni.pos) { // the row's ids replaced (one lane, after the others wrote)
             __syncwarp();
-            if (lane == 0)
-                k25_uniform_experts(uni.layer, uni.seq[t], uni.pos[t], top_k, E,
-                                    idx + (size_t)t * top_k);
+            for (int k = 0; draw && k < top_k; k++) idx[(size_t)t * top_k + k] = drawn[k];
         }
     }
     if constexpr (SORT) {
@@ -195,6 +211,7 @@ __global__ void __launch_bounds__(SORT ? 512 : 32 * kRowsPerBlock)
         __syncthreads(); // every row's idx written (and visible to the block)
         moe_route_block(idx, T * top_k, top_k, E, I, D, o, r, sort_sm);
     }
+    if (trigger_late) k25_pdl_trigger();
 }
 
 // ------------------------------------------------------------------------------------------
@@ -246,7 +263,7 @@ __global__ void __launch_bounds__(256) router_topk_kernel(const float *__restric
     unsigned char *ok = reinterpret_cast<unsigned char *>(sel + E);
     __shared__ vi red[32];
     __shared__ float gscore[256];
-    __shared__ int chosen[64];
+    __shared__ int chosen[kMaxTopK];
     k25_pdl_trigger();
     k25_pdl_wait();
     const int t = blockIdx.x;
@@ -346,13 +363,13 @@ static void launch_warp(const float *logits, const float *bias, int T, int E, in
         k25_launch("router_topk_sort", kernel, 1, threads,
                    k25k_moe_route_smem(T * top_k, E), s, logits, bias, T, E, G, topk_group,
                    top_k, norm_topk, scale, idx, wts, *sort->r, sort->I, sort->D,
-                   k25k_moe_sort_opts(T, sort->num_sms), uni);
+                   k25k_moe_sort_opts(T, sort->num_sms), uni, T <= kLateTriggerRows);
         return;
     }
     auto *kernel = router_topk_warp_kernel<NPL, false>;
     k25_launch("router_topk_warp", kernel, (unsigned)k25_cdiv(T, kRowsPerBlock), 32 * rows, 0, s,
                logits, bias, T, E, G, topk_group, top_k, norm_topk, scale, idx, wts,
-               k25k_moe_route{}, 0, 0, moe_sort_opts{}, uni);
+               k25k_moe_route{}, 0, 0, moe_sort_opts{}, uni, 0);
 }
 
 static int router_block_forced(void) {
@@ -366,7 +383,7 @@ int k25k_router_topk(const float *logits, const float *bias, int T, int E, int n
                      float *wts, const k25k_route_sort *sort, const k25k_uniform *uni,
                      cudaStream_t s) {
     if (T <= 0) return 0;
-    if (n_group > 256 || top_k > 64 || (n_group > 0 && E % n_group))
+    if (n_group > 256 || top_k > kMaxTopK || (n_group > 0 && E % n_group))
         K25_DIE("router: n_group %d / top_k %d / experts %d not supported", n_group, top_k, E);
     if (uni && top_k > E) K25_DIE("uniform routing: top_k %d exceeds %d experts", top_k, E);
     const int G = n_group > 1 ? n_group : 1, per_lane = (int)k25_cdiv(E, 32);

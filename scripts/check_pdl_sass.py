@@ -12,11 +12,12 @@ is not the kernel's first memory operation. Coherent loads and all stores stay o
 Rules, for every kernel in the objects:
   - a kernel with ACQBULK: before the first ACQBULK (listing order) no global store, atomic,
     reduction or async copy; no global load either, unless the kernel's name matches
-    --prologue (its source loads weights before the wait on purpose: such a kernel must read
-    the previous kernel's output with coherent loads, __ldcg or a plain load through a pointer
-    without __restrict__, which is checked in the source, not here); async copies into shared
-    memory (LDGSTS) only in a kernel that matches --async-prologue (the MLA attention fetches
-    the cache rows older than the step before its wait);
+    --prologue (its source loads weights, or step inputs uploaded before the step, before the
+    wait on purpose: such a kernel must read the previous kernel's output with coherent loads,
+    __ldcg or a plain load through a pointer without __restrict__, which is checked in the
+    source, not here); async copies into shared memory (LDGSTS) only in a kernel that matches
+    --async-prologue (the MLA attention fetches the cache rows older than the step before its
+    wait);
   - a kernel without ACQBULK: an error unless its name matches --exempt (load-time kernels).
 Prints one line per kernel and exits 1 on any violation.
 
@@ -97,7 +98,7 @@ def check(name, ops, prologue, exempt, async_prologue):
         return False, f"{note}; before the wait: {', '.join(sorted(set(loads)))} (no prologue kernel)"
     if loads:
         nc = sum("CONSTANT" in o for o in loads)
-        note += f"; prologue: {len(loads)} weight loads before the wait ({nc} .nc)"
+        note += f"; prologue: {len(loads)} loads before the wait ({nc} .nc)"
     if copies:
         note += f", {len(copies)} async copies"
     return True, note
