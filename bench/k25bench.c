@@ -783,10 +783,10 @@ static int profile_tokens(int steps) { return 2 * steps + 3; }
 
 // Runs engine steps until `steps` of them decoded all n sequences and prefilled nothing, after
 // one such step untimed (the first after prefill or after a change of step mode). Returns how
-// many were timed; *ms gets their total time (and the kernel trace marks the steps when groups is
-// not given and tracing is on) and, when groups is given, the operation
+// many were timed; *ms gets their total time and, when groups is given, the operation
 // profile's per-group times of those same steps are added to it (the profile accumulates over
-// every step: taken after each).
+// every step: taken after each). Without groups (the steps as served) the kernel trace, when
+// on, marks the timed steps.
 static int time_full_decode_steps(k25_engine *e, int n, int steps, const k25_dist *d, double *ms,
                                   double groups[K25_OPG_N]) {
     double g[K25_OPG_N];
