@@ -43,10 +43,10 @@ static struct {
     trace_kernel *k;
     size_t n_k, cap_k;
     trace_step *steps;
-    int n_steps, cap_steps;
+    size_t n_steps, cap_steps;
     uint64_t pending;  // the open step's begin (0: none open)
     char **names;      // distinct kernel names, in CUPTI's mangled form
-    int n_names, cap_names;
+    size_t n_names, cap_names;
 } tr = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static void grow(void **p, size_t elem, size_t need, size_t *cap) {
@@ -60,22 +60,20 @@ static void grow(void **p, size_t elem, size_t need, size_t *cap) {
 }
 
 static int name_index(const char *name) {
-    for (int i = tr.n_names - 1; i >= 0; i--)
-        if (!strcmp(tr.names[i], name)) return i;
-    size_t cap = (size_t)tr.cap_names;
-    grow((void **)&tr.names, sizeof(char *), (size_t)tr.n_names + 1, &cap);
-    tr.cap_names = (int)cap;
+    for (size_t i = tr.n_names; i-- > 0;)
+        if (!strcmp(tr.names[i], name)) return (int)i;
+    grow((void **)&tr.names, sizeof(char *), tr.n_names + 1, &tr.cap_names);
     tr.names[tr.n_names] = k25_strdup(name);
-    return tr.n_names++;
+    return (int)tr.n_names++;
 }
 
 // Whether a kernel that started at t can belong to a marked step: inside a closed one, or after
 // the open one's begin (steps are marked in time order, so every later step starts after now).
 static int may_belong(uint64_t t) {
     if (tr.pending && t >= tr.pending) return 1;
-    int lo = 0, hi = tr.n_steps; // first step with t0 > t
+    size_t lo = 0, hi = tr.n_steps; // first step with t0 > t
     while (lo < hi) {
-        int mid = (lo + hi) / 2;
+        size_t mid = (lo + hi) / 2;
         if (tr.steps[mid].t0 <= t) lo = mid + 1; else hi = mid;
     }
     return lo > 0 && t <= tr.steps[lo - 1].t1;
@@ -134,9 +132,7 @@ void kernel_trace_step_end(int rows) {
     uint64_t t = now_ns();
     pthread_mutex_lock(&tr.lock);
     if (tr.pending) {
-        size_t cap = (size_t)tr.cap_steps;
-        grow((void **)&tr.steps, sizeof *tr.steps, (size_t)tr.n_steps + 1, &cap);
-        tr.cap_steps = (int)cap;
+        grow((void **)&tr.steps, sizeof *tr.steps, tr.n_steps + 1, &tr.cap_steps);
         tr.steps[tr.n_steps++] = (trace_step){.t0 = tr.pending, .t1 = t, .rows = rows};
         tr.pending = 0;
     }
@@ -158,7 +154,7 @@ int kernel_trace_finish(const char *path, char *err) {
     if (!f) return k25_err(err, "--trace %s: %s", path, strerror(errno));
     fprintf(f, "rows,step,start_ns,end_ns,stream,grid,block,regs,smem_dyn,smem_config,name\n");
     qsort(tr.k, tr.n_k, sizeof *tr.k, by_start);
-    int s = 0;
+    size_t s = 0;
     for (size_t i = 0; i < tr.n_k; i++) {
         const trace_kernel *k = &tr.k[i];
         while (s < tr.n_steps && tr.steps[s].t1 < k->start) s++;
@@ -167,7 +163,7 @@ int kernel_trace_finish(const char *path, char *err) {
         if (k->start < st->t0) continue;
         int status = -1;
         char *name = __cxa_demangle(tr.names[k->name], NULL, NULL, &status);
-        fprintf(f, "%d,%d,%llu,%llu,%u,%dx%dx%d,%dx%dx%d,%u,%u,%u,\"%s\"\n", st->rows, s,
+        fprintf(f, "%d,%zu,%llu,%llu,%u,%dx%dx%d,%dx%dx%d,%u,%u,%u,\"%s\"\n", st->rows, s,
                 (unsigned long long)(k->start - st->t0), (unsigned long long)(k->end - st->t0),
                 k->stream, k->grid[0], k->grid[1], k->grid[2], k->block[0], k->block[1],
                 k->block[2], k->regs, k->smem_dyn, k->smem_config,
