@@ -141,11 +141,11 @@ int main(int argc, char **argv) {
             const double t_nccl_norm = max_over_ranks(time_graph_us(s, inner, iters, [&](int) {
                 NCCL_CHECK(ncclAllReduce(bf16 ? (void *)xb : (void *)d, bf16 ? (void *)xb : (void *)d,
                                       n, type, ncclSum, comm, s));
-                k25k_add_rmsnorm(h, d, w, eps, M, D, out, s);
+                k25k_add_rmsnorm(h, d, w, eps, M, D, out, NULL, NULL, s);
             }));
             MPI_Barrier(MPI_COMM_WORLD);
             const double t_fused = max_over_ranks(time_graph_us(s, inner, iters, [&](int) {
-                if (oneshot_allreduce_add_rmsnorm(os, d, h, w, eps, M, D, out, s))
+                if (oneshot_allreduce_add_rmsnorm(os, d, h, w, eps, M, D, out, NULL, NULL, s))
                     K25_DIE("one-shot refused %d rows", M);
             }));
             const double r = t_os / t_nccl, rf = t_fused / t_nccl_norm;

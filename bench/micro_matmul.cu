@@ -334,7 +334,8 @@ int main(int argc, char **argv) {
                     k25k_gemv_bf16(x, rot + (size_t)copy_of(r) * N * K, T, N, K, y, s);
                 });
                 double us_lt = no_lt ? 0 : time_graph_us(s, copies, iters, [&](int r) {
-                    k25k_matmul_lt(blas, x, rot + (size_t)copy_of(r) * N * K, T, N, K, y, s);
+                    k25k_matmul_lt(blas, x, NULL, rot + (size_t)copy_of(r) * N * K, T, N, K, y,
+                                   s);
                 });
                 const double floor_us = wb / (copy_gbs * 1e3);
                 const double gbs = wb / (us * 1e3), gbs_lt = no_lt ? 0 : wb / (us_lt * 1e3);

@@ -346,7 +346,7 @@ int main(int argc, char **argv) {
             const size_t wb = (size_t)N * K * 2;
             const int copies = (int)(rot_bytes / wb) < 64 ? (int)(rot_bytes / wb) : 64;
             double us = time_graph_us(s, copies, quick ? 10 : 20, [&](int r) {
-                k25k_matmul(blas, gx, rot + (size_t)r * N * K, T, N, K, gy, s);
+                k25k_matmul(blas, gx, NULL, rot + (size_t)r * N * K, T, N, K, gy, s);
             });
             double gbs = wb / (us * 1e-6) / 1e9;
             printf("| %s | %d x %d | %d | %.1f | %.0f | %.0f%% |\n", shapes[si].name, N, K, T, us, gbs,

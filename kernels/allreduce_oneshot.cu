@@ -468,7 +468,7 @@ __device__ __forceinline__ void cluster_wait() {
 template <class Wire, int NR, bool kPush>
 __global__ void __launch_bounds__(OS_FUSED_THREADS)
     os_fused_kernel(const __grid_constant__ os_args a, const float *d, float *h, const uint16_t *w,
-                    float eps, int T, int n, float *out, int vec) {
+                    float eps, int T, int n, float *out, uint16_t *hi, uint16_t *lo, int vec) {
     typedef xchg<Wire, NR, kPush> X;
     namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
@@ -564,6 +564,17 @@ __global__ void __launch_bounds__(OS_FUSED_THREADS)
                 for (int j = 0; j < 8; j++)
                     o[j] = hv[j] * rinv * wv[j];
                 store8(out + r * n, (size_t)u * 8, (size_t)n, vec, o);
+                if (hi) {
+                    const size_t i0 = r * n + (size_t)u * 8;
+                    if (vec) {
+                        k25_st_split<4>(hi, lo, i0, o);
+                        k25_st_split<4>(hi, lo, i0 + 4, o + 4);
+                    } else {
+#pragma unroll
+                        for (int j = 0; j < 8; j++)
+                            k25_st_split<1>(hi, lo, i0 + j, o + j);
+                    }
+                }
             }
         }
     }
@@ -576,7 +587,7 @@ __global__ void __launch_bounds__(OS_FUSED_THREADS)
 
 typedef void (*flat_fn)(const os_args, const float *, float *, size_t, int, int);
 typedef void (*fused_fn)(const os_args, const float *, float *, const uint16_t *, float, int, int,
-                         float *, int);
+                         float *, uint16_t *, uint16_t *, int);
 
 template <class Wire, bool kAdd, bool kPush> static flat_fn flat_for(int nr) {
     switch (nr) {
@@ -959,7 +970,7 @@ extern "C" int oneshot_allreduce_add(k25_oneshot *c, const float *d, float *h, s
 
 extern "C" int oneshot_allreduce_add_rmsnorm(k25_oneshot *c, const float *d, float *h,
                                              const uint16_t *w, float eps, int T, int n, float *out,
-                                             cudaStream_t s) {
+                                             uint16_t *hi, uint16_t *lo, cudaStream_t s) {
     if (!c || T < 0 || n <= 0 || n % 8) return 1;
     if (!T) return 0;
     if ((size_t)T * n * wire_elem(c->wire) > c->limit) return 1;
@@ -977,9 +988,10 @@ extern "C" int oneshot_allreduce_add_rmsnorm(k25_oneshot *c, const float *d, flo
     const int ncl = std::min(T, c->fused_maxc[cluster_index(C)]);
     const int threads = (int)std::min<int64_t>(
         OS_FUSED_THREADS, std::max<int64_t>(32, k25_cdiv(k25_cdiv(U, C), 32) * 32));
-    const int vec = aligned16(d) && aligned16(h) && aligned16(out) && aligned16(w);
+    const int vec = aligned16(d) && aligned16(h) && aligned16(out) && aligned16(w) &&
+                    ((uintptr_t)hi & 7) == 0 && ((uintptr_t)lo & 7) == 0;
     // C = 1: no cluster attribute, the implicit 1 x 1 x 1 clusters of a plain launch
     k25_launch_cluster("oneshot_allreduce_add_rmsnorm", fused_kernel(c->wire, c->nranks, push),
-                       ncl * C, threads, 0, s, C, c->args, d, h, w, eps, T, n, out, vec);
+                       ncl * C, threads, 0, s, C, c->args, d, h, w, eps, T, n, out, hi, lo, vec);
     return 0;
 }

@@ -75,10 +75,11 @@ int oneshot_allreduce_f32(k25_oneshot *ctx, float *buf, size_t n, cudaStream_t s
 int oneshot_allreduce_add(k25_oneshot *ctx, const float *d, float *h, size_t n, cudaStream_t s);
 // The fused step after o_proj / the FFN: with sum[T][n] = the group sum of d[T][n] (d unchanged),
 //   h[T][n] += sum;  out[T][n] = h / sqrt(mean(h^2) + eps) * w[n]
-// (w bf16, as k25k_add_rmsnorm). Needs n % 8 == 0; returns 1 (not taken) otherwise or when
-// over the crossover.
+// (w bf16, as k25k_add_rmsnorm; hi non-NULL: out's bf16 operand for the cuBLASLt products too,
+// as there). Needs n % 8 == 0; returns 1 (not taken) otherwise or when over the crossover.
 int oneshot_allreduce_add_rmsnorm(k25_oneshot *ctx, const float *d, float *h, const uint16_t *w,
-                                  float eps, int T, int n, float *out, cudaStream_t s);
+                                  float eps, int T, int n, float *out, uint16_t *hi, uint16_t *lo,
+                                  cudaStream_t s);
 
 // Wire bytes that a sum of n values moves per rank (what the crossover compares).
 size_t oneshot_wire_bytes(const k25_oneshot *ctx, size_t n);

@@ -95,6 +95,13 @@ typedef struct cuda_impl {
     // follows; a host write of any device buffer clears it (tests feed their own choices)
     const int32_t *sorted_idx;
     float *ws_part1, *ws_h, *ws_part2;
+    // The cuBLASLt operand [hi; lo] of staged_of[staged_n], written beside it by the norm that
+    // produced it (stage_norm), so that the projections reading it next skip their conversion.
+    // Any write overlapping staged_of clears the record (staged_clobber).
+    uint16_t *staged;
+    size_t staged_cap;           // bf16 elements
+    const float *staged_of;
+    size_t staged_n;
     int mla_chunks;
 
     // sampling
@@ -120,6 +127,40 @@ typedef struct cuda_impl {
 } cuda_impl;
 
 static cuda_impl *impl_of(k25_backend *be) { return (cuda_impl *)be->impl; }
+
+// Staged operands. A norm whose output feeds the cuBLASLt products (T above the GEMV's row
+// limit: q_a + kv_a, q_b and the router read the norms' outputs) writes their bf16 operand
+// beside it, which saves a conversion kernel per product (and its read of the activations).
+// The buffer is one, written and read on the main stream only, so stream order protects it. The
+// shared expert's products on the side stream convert for themselves: reading the operand they
+// started at once beside the router and slowed its top-k, which the routed experts wait for
+// (16-256 rows 0.4-1.9% slower than converting there; `bench/NOTES.md`, eighteenth round).
+static uint16_t *stage_norm(cuda_impl *c, const float *out, int T, int n, uint16_t **lo) {
+    const size_t tn = (size_t)T * n;
+    c->staged_of = NULL;
+    *lo = NULL;
+    if (T <= k25k_blas_gemv_max_t(c->blas) || c->stream != c->main_stream ||
+        2 * tn > c->staged_cap)
+        return NULL;
+    c->staged_of = out;
+    c->staged_n = tn;
+    if (k25k_split_activations()) *lo = c->staged + tn;
+    return c->staged;
+}
+
+// The staged operand of x[T][K] for a product on the main stream, or NULL (the product
+// converts x itself).
+static const uint16_t *staged_operand(const cuda_impl *c, const float *x, int T, int64_t K) {
+    if (c->stream != c->main_stream) return NULL;
+    return c->staged_of && x == c->staged_of && (size_t)T * K == c->staged_n ? c->staged : NULL;
+}
+
+// Every op that writes memory calls this for each output: a write into the staged activations
+// makes their operand stale.
+static void staged_clobber(cuda_impl *c, const void *p, size_t bytes) {
+    const char *a = (const char *)c->staged_of, *q = (const char *)p;
+    if (a && q < a + c->staged_n * sizeof(float) && a < q + bytes) c->staged_of = NULL;
+}
 
 // ------------------------------------------------------------------------------------------
 // Device memory with accounting
@@ -197,6 +238,7 @@ static void cuda_free_op(k25_backend *be, void *p) {
     cuda_impl *c = impl_of(be);
     if (!p) return;
     no_capture(c, "free");
+    c->staged_of = NULL; // the address may come back from the next alloc
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
     dev_free(c, p);
 }
@@ -205,6 +247,7 @@ static void cuda_to_device(k25_backend *be, void *dst, const void *src, size_t b
     cuda_impl *c = impl_of(be);
     no_capture(c, "to_device");
     c->sorted_idx = NULL;
+    staged_clobber(c, dst, bytes);
     CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream));
     CUDA_CHECK(cudaStreamSynchronize(c->stream));
 }
@@ -503,6 +546,11 @@ static void ensure_workspaces(cuda_impl *c, const k25_config *cfg, int rows) {
         k25k_blas_reserve_products(c->blas_routed, r2 * E); // the router (its own buffers)
     }
 
+    dev_free(c, c->staged);
+    c->staged_of = NULL;
+    c->staged_cap = 2 * (size_t)R * (size_t)(D > cfg->q_lora_rank ? D : cfg->q_lora_rank);
+    c->staged = (uint16_t *)dev_alloc(c, c->staged_cap * 2, "staged bf16 activations");
+
     dev_free(c, c->ws_mla);
     size_t mla = 0;
     for (int t = 1; t <= R; t++) { // the largest need over T <= R (chunks depend on T)
@@ -558,6 +606,7 @@ static void ensure_workspaces(cuda_impl *c, const k25_config *cfg, int rows) {
 static void cuda_set_batch(k25_backend *be, const k25_batch *b) {
     cuda_impl *c = impl_of(be);
     no_capture(c, "set_batch");
+    c->staged_of = NULL;
     const int table = b->max_seqs * b->max_blocks_per_seq;
     if (b->T > c->cap_rows || table > c->cap_table) {
         drop_graphs(c);
@@ -623,8 +672,13 @@ static const uint16_t *bf16_dev(const k25_tensor *t, int64_t n_elems) {
     return (const uint16_t *)t->dev;
 }
 
+extern "C" void k25_cuda_wrote(k25_backend *be, const void *p, size_t bytes) {
+    staged_clobber(impl_of(be), p, bytes);
+}
+
 static void cuda_embed(k25_backend *be, const k25_tensor *emb, float *x) {
     cuda_impl *c = impl_of(be);
+    staged_clobber(c, x, sizeof(float) * c->T * emb->cols);
     k25k_embed(c->d_tokens, c->T, bf16_dev(emb, -1), emb->rows, (int)emb->cols, x, c->d_err + 0,
                c->stream);
 }
@@ -632,13 +686,16 @@ static void cuda_embed(k25_backend *be, const k25_tensor *emb, float *x) {
 static void cuda_rmsnorm(k25_backend *be, const float *x, int ld, const k25_tensor *w, float eps,
                          int T, int n, float *out) {
     cuda_impl *c = impl_of(be);
-    k25k_rmsnorm(x, ld, bf16_dev(w, n), eps, T, n, out, c->stream);
+    uint16_t *lo, *hi = stage_norm(c, out, T, n, &lo);
+    k25k_rmsnorm(x, ld, bf16_dev(w, n), eps, T, n, out, hi, lo, c->stream);
 }
 
 static void cuda_add_rmsnorm(k25_backend *be, float *h, const float *d, const k25_tensor *w,
                              float eps, int T, int n, float *out) {
     cuda_impl *c = impl_of(be);
-    k25k_add_rmsnorm(h, d, bf16_dev(w, n), eps, T, n, out, c->stream);
+    staged_clobber(c, h, sizeof(float) * T * n);
+    uint16_t *lo, *hi = stage_norm(c, out, T, n, &lo);
+    k25k_add_rmsnorm(h, d, bf16_dev(w, n), eps, T, n, out, hi, lo, c->stream);
 }
 
 // The cuBLASLt path (T above the GEMV's row limit) converts x[T][K] into the workspace: grown
@@ -655,7 +712,9 @@ static void cuda_matmul(k25_backend *be, const float *x, const k25_tensor *W, in
     cuda_impl *c = impl_of(be);
     const uint16_t *wd = bf16_dev(W, -1);
     blas_reserve(c, c->blas, T, W->cols);
-    k25k_matmul(c->blas, x, wd, T, (int)W->rows, (int)W->cols, y, c->stream);
+    const uint16_t *xs = staged_operand(c, x, T, W->cols);
+    staged_clobber(c, y, sizeof(float) * T * W->rows);
+    k25k_matmul(c->blas, x, xs, wd, T, (int)W->rows, (int)W->cols, y, c->stream);
 }
 
 static void cuda_matmul2(k25_backend *be, const float *x, const k25_tensor *W1,
@@ -666,17 +725,24 @@ static void cuda_matmul2(k25_backend *be, const float *x, const k25_tensor *W1,
         K25_DIE("matmul2: %s has %lld columns, %s %lld (one input for both)", W1->name,
                 (long long)W1->cols, W2->name, (long long)W2->cols);
     blas_reserve(c, c->blas, T, W1->cols); // the cuBLASLt path converts x once for both
-    k25k_matmul2(c->blas, x, w1, w2, T, (int)W1->rows, (int)W2->rows, (int)W1->cols, y1, y2,
+    const uint16_t *xs = staged_operand(c, x, T, W1->cols);
+    staged_clobber(c, y1, sizeof(float) * T * W1->rows);
+    staged_clobber(c, y2, sizeof(float) * T * W2->rows);
+    k25k_matmul2(c->blas, x, xs, w1, w2, T, (int)W1->rows, (int)W2->rows, (int)W1->cols, y1, y2,
                  c->stream);
 }
 
 static void cuda_silu_mul(k25_backend *be, const float *gate, const float *up, int T, int n,
                           float *out) {
-    k25k_silu_mul(gate, up, (size_t)T * n, out, impl_of(be)->stream);
+    cuda_impl *c = impl_of(be);
+    staged_clobber(c, out, sizeof(float) * T * n);
+    k25k_silu_mul(gate, up, (size_t)T * n, out, c->stream);
 }
 
 static void cuda_add(k25_backend *be, float *y, const float *x, size_t n) {
-    k25k_add(y, x, n, impl_of(be)->stream);
+    cuda_impl *c = impl_of(be);
+    staged_clobber(c, y, sizeof(float) * n);
+    k25k_add(y, x, n, c->stream);
 }
 
 static void cuda_mla_attention(k25_backend *be, int layer, const k25_layer *L, float *q,
@@ -708,6 +774,9 @@ static void cuda_mla_attention(k25_backend *be, int layer, const k25_layer *L, f
     int chunks = k25k_mla_chunks(a.T, a.H, c->num_sms);
     if (k25k_mla_workspace_floats(a.T, a.H, a.L, chunks) > c->ws_mla_floats)
         K25_DIE("mla: workspace sized for %d rows, step has %d", c->ws_rows, a.T);
+    staged_clobber(c, q, sizeof(float) * a.T * a.H * dq); // normalized and rotated in place
+    staged_clobber(c, kv, sizeof(float) * a.T * (a.L + a.dr));
+    staged_clobber(c, out, sizeof(float) * a.T * a.H * a.dv);
     char *cl = (char *)c->cache + c->layer_elems * layer * (c->kv_f32 ? 4 : 2);
     // c->blas for the prefill projections (absorb, output): attention runs on the main stream
     // outside the shared-expert branch, which is the other user of c->blas
@@ -728,8 +797,10 @@ static void cuda_router(k25_backend *be, const float *x, const k25_layer *L, int
     // other projections (the f32 tile GEMV at 512 rows took ~300 us per layer), with the routed
     // side's own cuBLASLt buffers.
     blas_reserve(c, c->blas_routed, c->T, D);
-    k25k_matmul(c->blas_routed, x, bf16_dev(&L->router, (int64_t)E * D), c->T, E, D, c->ws_logits,
-                c->stream);
+    staged_clobber(c, idx, sizeof(int32_t) * c->T * cfg->top_k);
+    staged_clobber(c, wts, sizeof(float) * c->T * cfg->top_k);
+    k25k_matmul(c->blas_routed, x, staged_operand(c, x, c->T, D),
+                bf16_dev(&L->router, (int64_t)E * D), c->T, E, D, c->ws_logits, c->stream);
     // the routing sort of the moe call that follows in the same launch where one block holds
     // every row (batch 1 and short verification steps): one launch fewer per layer
     const moe_dev *m = (const moe_dev *)L->backend_data;
@@ -752,6 +823,7 @@ static void cuda_moe(k25_backend *be, const float *x, const k25_layer *L, const 
     const int T = c->T, K = cfg->top_k, A = T * K, E = m->E, I = m->I, D = m->D;
     const int max_active = A < E ? A : E;
     if (T > c->ws_rows) K25_DIE("moe: workspaces sized for %d rows, step has %d", c->ws_rows, T);
+    staged_clobber(c, out, sizeof(float) * T * D);
     // the routing kernel also picks the split plans (r.plan) from the actual item count; the
     // router's launch may have run it already
     if (c->sorted_idx != idx) k25k_moe_sort(idx, T, K, E, I, D, c->num_sms, &c->route, c->stream);
@@ -777,6 +849,7 @@ static void cuda_moe(k25_backend *be, const float *x, const k25_layer *L, const 
 static void cuda_allreduce_sum(k25_backend *be, float *x, size_t n) {
     cuda_impl *c = impl_of(be);
     if (c->tp <= 1 || !n) return;
+    staged_clobber(c, x, sizeof(float) * n);
     // f32 on the wire: partial sums stay exact to f32 (a bf16 wire halves the bytes but rounds
     // every rank's partial, which the golden comparisons would feel). Small messages go through
     // the one-shot NVLink all-reduce when every peer is reachable (it declines above its
@@ -792,9 +865,11 @@ static void cuda_allreduce_add_rmsnorm(k25_backend *be, float *h, float *d, cons
     cuda_impl *c = impl_of(be);
     const size_t tn = (size_t)T * n;
     if (T <= 0) return;
+    staged_clobber(c, h, sizeof(float) * tn);
     if (c->tp > 1 && c->oneshot) {
+        uint16_t *lo = NULL, *hi = w ? stage_norm(c, out, T, n, &lo) : NULL;
         int rc = w ? oneshot_allreduce_add_rmsnorm(c->oneshot, d, h, bf16_dev(w, n), eps, T, n, out,
-                                                   c->stream)
+                                                   hi, lo, c->stream)
                    : oneshot_allreduce_add(c->oneshot, d, h, tn, c->stream);
         if (rc == 0) return;
     }
@@ -958,8 +1033,7 @@ static void cuda_gather_logits(k25_backend *be, const float *logits, int V_local
 // Graphs
 // ------------------------------------------------------------------------------------------
 
-static void cuda_run_graph(k25_backend *be, int key, void (*fn)(void *ctx), void *ctx) {
-    cuda_impl *c = impl_of(be);
+static void run_step(cuda_impl *c, int key, void (*fn)(void *ctx), void *ctx) {
     if (c->no_graph) {
         fn(ctx);
         return;
@@ -983,6 +1057,7 @@ static void cuda_run_graph(k25_backend *be, int key, void (*fn)(void *ctx), void
         k25_log("cuda: capturing the step for %d rows failed (%s); graphs are off from now on\n",
                 c->T, cudaGetErrorString(e));
         c->no_graph = 1;
+        c->staged_of = NULL; // the failed capture's host side ran
         fn(ctx);
         return;
     }
@@ -992,6 +1067,15 @@ static void cuda_run_graph(k25_backend *be, int key, void (*fn)(void *ctx), void
     c->graphs[c->n_graphs++] = (graph_entry){key, c->T, c->max_seqs, c->max_blocks, exec};
     CUDA_CHECK(cudaGraphLaunch(exec, c->stream));
     K25_LAUNCH_CHECK(c->stream, "graph launch");
+}
+
+// A replay runs the step's kernels without its host side, so the staged record is cleared on
+// either side of every step, captured or not (the capture holds what its norms staged).
+static void cuda_run_graph(k25_backend *be, int key, void (*fn)(void *ctx), void *ctx) {
+    cuda_impl *c = impl_of(be);
+    c->staged_of = NULL;
+    run_step(c, key, fn, ctx);
+    c->staged_of = NULL;
 }
 
 // ------------------------------------------------------------------------------------------

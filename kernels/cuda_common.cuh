@@ -179,6 +179,24 @@ __device__ __forceinline__ uint16_t k25_f2bf(float f) {
     return (uint16_t)(u >> 16);
 }
 
+// The two bf16 operands of an f32 activation in the tensor-core products: hi = bf16(a), lo =
+// bf16(a - hi), whose sum carries about f32 accuracy (kernels/NOTES.md, "Numerics").
+__device__ __forceinline__ void k25_split_bf16(float a, uint16_t &hi, uint16_t &lo) {
+    hi = k25_f2bf(a);
+    lo = k25_f2bf(a - k25_bf16f(hi));
+}
+
+// a[0..V) split into hi[i..i+V) and lo[i..i+V) (lo NULL: hi only; V = 4: 8-byte aligned), by the
+// kernels that produce activations for the cuBLASLt products (the norms: k25k_rmsnorm).
+template <int V>
+__device__ __forceinline__ void k25_st_split(uint16_t *hi, uint16_t *lo, size_t i, const float *a) {
+    uint16_t h[V], l[V];
+#pragma unroll
+    for (int v = 0; v < V; v++) k25_split_bf16(a[v], h[v], l[v]);
+    k25_stv<V>(hi + i, h);
+    if (lo) k25_stv<V>(lo + i, l);
+}
+
 // Two floats as one bf16 pair: lo in the low half (the element first in memory).
 __device__ __forceinline__ uint32_t k25_pack_bf16x2(float lo, float hi) {
     return (uint32_t)k25_f2bf(lo) | ((uint32_t)k25_f2bf(hi) << 16);

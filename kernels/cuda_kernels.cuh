@@ -8,10 +8,14 @@
 // x[T][D] = emb[tokens[t]] (bf16 rows widened); a token outside [0, V) gives NaN and *err = 1.
 void k25k_embed(const int32_t *tokens, int T, const uint16_t *emb, int64_t V, int D, float *x,
                 int *err, cudaStream_t s);
+// out[T][n] = rmsnorm(x, row stride ld) * w. With hi non-NULL also the operand of the cuBLASLt
+// products that read out next, as k25k_f32_to_bf16_split(out, T * n, hi, lo) would write it
+// (lo NULL: hi only, for K25_BF16_ACTIVATIONS=1), saving that kernel and its read of out.
 void k25k_rmsnorm(const float *x, int ld, const uint16_t *w, float eps, int T, int n, float *out,
-                  cudaStream_t s);
+                  uint16_t *hi, uint16_t *lo, cudaStream_t s);
+// h[T][n] += d; out = rmsnorm(h) * w; hi and lo as k25k_rmsnorm.
 void k25k_add_rmsnorm(float *h, const float *d, const uint16_t *w, float eps, int T, int n,
-                      float *out, cudaStream_t s);
+                      float *out, uint16_t *hi, uint16_t *lo, cudaStream_t s);
 void k25k_silu_mul(const float *gate, const float *up, size_t n, float *out, cudaStream_t s);
 void k25k_add(float *y, const float *x, size_t n, cudaStream_t s);
 // out = a + b (out may be a or b)
@@ -51,15 +55,17 @@ void k25k_gemv_bf16(const float *x, const uint16_t *W, int T, int N, int K, floa
                     cudaStream_t s);
 // The GEMV's plan for N x K: K slices (blocks of one cluster) and weight rows per block.
 void k25k_gemv_plan(int N, int K, int *k_slices, int *rows_per_block);
-void k25k_matmul_lt(k25k_blas *b, const float *x, const uint16_t *W, int T, int N, int K,
-                    float *y, cudaStream_t s);
+// xs: x already as the bf16 operand [hi; lo] (k25k_rmsnorm's hi and lo, lo = hi + T * K), or
+// NULL: converted here from x.
+void k25k_matmul_lt(k25k_blas *b, const float *x, const uint16_t *xs, const uint16_t *W, int T,
+                    int N, int K, float *y, cudaStream_t s);
 // The cuBLASLt call alone, activations already bf16 xb[T][K].
 void k25k_matmul_lt_bf16(k25k_blas *b, const uint16_t *xb, const uint16_t *W, int T, int N, int K,
                          float *y, cudaStream_t s);
 // GEMV for T <= K25_GEMV_MAX_T (default K25K_GEMV_MAX_T_DEFAULT), cuBLASLt above.
 #define K25K_GEMV_MAX_T_DEFAULT 4
-void k25k_matmul(k25k_blas *b, const float *x, const uint16_t *W, int T, int N, int K, float *y,
-                 cudaStream_t s);
+void k25k_matmul(k25k_blas *b, const float *x, const uint16_t *xs, const uint16_t *W, int T, int N,
+                 int K, float *y, cudaStream_t s);
 // Two projections of the same activations (same K) in one tile-GEMV launch over N1 + N2 rows:
 // y1[T][N1] = x W1^T, y2[T][N2] = x W2^T. The K-slice plan comes from N1 + N2 and K, so a row
 // differs from k25k_gemv_bf16 of its matrix alone in the last bits where the slice counts differ
@@ -74,8 +80,9 @@ int k25k_gemv2_bf16(const float *x, const uint16_t *W1, const uint16_t *W2, int 
 // The pair for T <= K25_GEMV_MAX_T when it applies; otherwise two k25k_matmul calls (above the
 // GEMV limit: one bf16 conversion of x for both cuBLASLt products, and one GEMM of N1 + N2 rows
 // when W2 directly follows W1 in memory, as the backend allocates such pairs).
-void k25k_matmul2(k25k_blas *b, const float *x, const uint16_t *W1, const uint16_t *W2, int T,
-                  int N1, int N2, int K, float *y1, float *y2, cudaStream_t s);
+void k25k_matmul2(k25k_blas *b, const float *x, const uint16_t *xs, const uint16_t *W1,
+                  const uint16_t *W2, int T, int N1, int N2, int K, float *y1, float *y2,
+                  cudaStream_t s);
 
 // ---- moe_w4a16.cu ----
 // Routing metadata of one MoE call (device arrays; A = T * top_k choices).

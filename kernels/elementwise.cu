@@ -167,7 +167,7 @@ __device__ __forceinline__ float rms_scale(float x, float r, float w) { return x
 template <bool kAdd, int V>
 __global__ void __launch_bounds__(K25_RMS_MAX_THREADS)
     rmsnorm_reg_kernel(const float *x, int ld, float *h, const float *d, const uint16_t *w,
-                       float eps, int n, float *out) {
+                       float eps, int n, float *out, uint16_t *hi, uint16_t *lo) {
     __shared__ float scratch[32];
     k25_pdl_trigger();
     const int nv = n >> 2, tid = threadIdx.x, nt = blockDim.x;
@@ -218,11 +218,14 @@ __global__ void __launch_bounds__(K25_RMS_MAX_THREADS)
 #pragma unroll
     for (int k = 0; k < V; k++) {
         const int c = tid + k * nt;
-        if (c < nv)
-            o4[c] = make_float4(rms_scale(v[k].x, r, k25_bf16_lo(wr[k].x)),
+        if (c < nv) {
+            const float o[4] = {rms_scale(v[k].x, r, k25_bf16_lo(wr[k].x)),
                                 rms_scale(v[k].y, r, k25_bf16_hi(wr[k].x)),
                                 rms_scale(v[k].z, r, k25_bf16_lo(wr[k].y)),
-                                rms_scale(v[k].w, r, k25_bf16_hi(wr[k].y)));
+                                rms_scale(v[k].w, r, k25_bf16_hi(wr[k].y))};
+            o4[c] = make_float4(o[0], o[1], o[2], o[3]);
+            if (hi) k25_st_split<4>(hi, lo, row * n + 4 * (size_t)c, o);
+        }
     }
 }
 
@@ -232,7 +235,7 @@ __global__ void __launch_bounds__(K25_RMS_MAX_THREADS)
 template <bool kAdd>
 __global__ void __launch_bounds__(K25_RMS_MAX_THREADS)
     rmsnorm_loop_kernel(const float *x, int ld, float *h, const float *d, const uint16_t *w,
-                        float eps, int n, int v, float *out) {
+                        float eps, int n, int v, float *out, uint16_t *hi, uint16_t *lo) {
     __shared__ float scratch[32];
     k25_pdl_trigger();
     k25_pdl_wait();
@@ -264,13 +267,16 @@ __global__ void __launch_bounds__(K25_RMS_MAX_THREADS)
     for (int k = 0; k < v; k++) {
         const int i0 = 4 * (tid + k * nt);
         if (i0 >= n) break;
-        for (int j = 0; j < 4 && i0 + j < n; j++)
-            o[i0 + j] = rms_scale(xr[i0 + j], r, k25_bf16f(w[i0 + j]));
+        for (int j = 0; j < 4 && i0 + j < n; j++) {
+            const float y = rms_scale(xr[i0 + j], r, k25_bf16f(w[i0 + j]));
+            o[i0 + j] = y;
+            if (hi) k25_st_split<1>(hi, lo, row * n + i0 + j, &y);
+        }
     }
 }
 
 typedef void (*rms_reg_fn)(const float *, int, float *, const float *, const uint16_t *, float,
-                           int, float *);
+                           int, float *, uint16_t *, uint16_t *);
 
 template <bool kAdd>
 static rms_reg_fn rms_reg_kernel_for(int v) {
@@ -289,27 +295,28 @@ static int rms_aligned(const void *p, uintptr_t a) { return ((uintptr_t)p & (a -
 template <bool kAdd>
 static void rmsnorm_launch(const char *what, const float *x, int ld, float *h, const float *d,
                            const uint16_t *w, float eps, int T, int n, float *out,
-                           cudaStream_t s) {
+                           uint16_t *hi, uint16_t *lo, cudaStream_t s) {
     if (T <= 0 || n <= 0) return;
     const rms_plan p = rms_plan_for(n);
     const int vec = n % 4 == 0 && ld % 4 == 0 && rms_aligned(kAdd ? (const void *)h : x, 16) &&
-                    (!kAdd || rms_aligned(d, 16)) && rms_aligned(out, 16) && rms_aligned(w, 8);
+                    (!kAdd || rms_aligned(d, 16)) && rms_aligned(out, 16) && rms_aligned(w, 8) &&
+                    rms_aligned(hi, 8) && rms_aligned(lo, 8);
     rms_reg_fn reg = vec ? rms_reg_kernel_for<kAdd>(p.v) : nullptr;
     if (reg)
-        k25_launch(what, reg, T, p.threads, 0, s, x, ld, h, d, w, eps, n, out);
+        k25_launch(what, reg, T, p.threads, 0, s, x, ld, h, d, w, eps, n, out, hi, lo);
     else
         k25_launch(what, rmsnorm_loop_kernel<kAdd>, T, p.threads, 0, s, x, ld, h, d, w, eps, n,
-                   p.v, out);
+                   p.v, out, hi, lo);
 }
 
 void k25k_rmsnorm(const float *x, int ld, const uint16_t *w, float eps, int T, int n, float *out,
-                  cudaStream_t s) {
-    rmsnorm_launch<false>("rmsnorm", x, ld, nullptr, nullptr, w, eps, T, n, out, s);
+                  uint16_t *hi, uint16_t *lo, cudaStream_t s) {
+    rmsnorm_launch<false>("rmsnorm", x, ld, nullptr, nullptr, w, eps, T, n, out, hi, lo, s);
 }
 
 void k25k_add_rmsnorm(float *h, const float *d, const uint16_t *w, float eps, int T, int n,
-                      float *out, cudaStream_t s) {
-    rmsnorm_launch<true>("add_rmsnorm", nullptr, n, h, d, w, eps, T, n, out, s);
+                      float *out, uint16_t *hi, uint16_t *lo, cudaStream_t s) {
+    rmsnorm_launch<true>("add_rmsnorm", nullptr, n, h, d, w, eps, T, n, out, hi, lo, s);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -412,15 +419,8 @@ __global__ void f32_to_bf16_split_kernel(const float *__restrict__ x, size_t n,
     k25_pdl_wait();
     K25_FOR_GROUPS(n, V, i) {
         float a[V];
-        uint16_t h[V], l[V];
         k25_ldv<V>(x + i, a);
-#pragma unroll
-        for (int v = 0; v < V; v++) {
-            h[v] = k25_f2bf(a[v]);
-            l[v] = k25_f2bf(a[v] - k25_bf16f(h[v]));
-        }
-        k25_stv<V>(hi + i, h);
-        k25_stv<V>(lo + i, l);
+        k25_st_split<V>(hi, lo, i, a);
     }
 }
 

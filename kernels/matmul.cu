@@ -577,9 +577,11 @@ static lt_plan *plan_get(k25k_blas *b, int N, int K, int T) {
 static void lt_gemm(k25k_blas *b, const uint16_t *xb, const uint16_t *W, int T, int N, int K,
                     float *y, float beta, cudaStream_t s);
 
-// The activations x [T][K] as bf16 in the workspace: hi [T][K] then, when split, lo [T][K].
-// Returns whether they are split.
-static int lt_stage(k25k_blas *b, const float *x, int T, int K, cudaStream_t s) {
+// The activations x [T][K] as the bf16 operand: hi [T][K] then, when split, lo [T][K]; xs when
+// the kernel that wrote x staged it already, else converted into the workspace. Returns it.
+static const uint16_t *lt_stage(k25k_blas *b, const float *x, const uint16_t *xs, int T, int K,
+                                cudaStream_t s) {
+    if (xs) return xs;
     const int split = k25k_split_activations();
     size_t need = (size_t)T * K * (split ? 2 : 1);
     if (need > b->xb_cap)
@@ -589,30 +591,30 @@ static int lt_stage(k25k_blas *b, const float *x, int T, int K, cudaStream_t s) 
         k25k_f32_to_bf16_split(x, (size_t)T * K, b->xb, b->xb + (size_t)T * K, s);
     else
         k25k_f32_to_bf16(x, need, b->xb, s);
-    return split;
+    return b->xb;
 }
 
 // y = x W^T from the staged activations: y = W hi (+ W lo). The staging puts lo right after
 // hi, so [hi; lo] is one 2T-row operand: up to k25k_lt_one_pass_rows() one GEMM reads the
 // weights once and sum2 adds the halves (the same sum as the second product accumulating
 // into the first, lo + hi); above, two GEMMs.
-static void lt_products(k25k_blas *b, int split, const uint16_t *W, int T, int N, int K,
+static void lt_products(k25k_blas *b, const uint16_t *xb, const uint16_t *W, int T, int N, int K,
                         float *y, cudaStream_t s) {
+    const int split = k25k_split_activations();
     float *y2 = split ? k25k_blas_products(b, T, (size_t)N) : NULL;
     if (y2) {
-        lt_gemm(b, b->xb, W, 2 * T, N, K, y2, 0.0f, s);
+        lt_gemm(b, xb, W, 2 * T, N, K, y2, 0.0f, s);
         k25k_sum2(y, y2, y2 + (size_t)T * N, (size_t)T * N, s);
         return;
     }
-    lt_gemm(b, b->xb, W, T, N, K, y, 0.0f, s);
-    if (split) lt_gemm(b, b->xb + (size_t)T * K, W, T, N, K, y, 1.0f, s);
+    lt_gemm(b, xb, W, T, N, K, y, 0.0f, s);
+    if (split) lt_gemm(b, xb + (size_t)T * K, W, T, N, K, y, 1.0f, s);
 }
 
-void k25k_matmul_lt(k25k_blas *b, const float *x, const uint16_t *W, int T, int N, int K,
-                    float *y, cudaStream_t s) {
+void k25k_matmul_lt(k25k_blas *b, const float *x, const uint16_t *xs, const uint16_t *W, int T,
+                    int N, int K, float *y, cudaStream_t s) {
     if (T <= 0 || N <= 0) return;
-    const int split = lt_stage(b, x, T, K, s);
-    lt_products(b, split, W, T, N, K, y, s);
+    lt_products(b, lt_stage(b, x, xs, T, K, s), W, T, N, K, y, s);
 }
 
 void k25k_matmul_lt_bf16(k25k_blas *b, const uint16_t *xb, const uint16_t *W, int T, int N, int K,
@@ -630,16 +632,17 @@ static void lt_gemm(k25k_blas *b, const uint16_t *xb, const uint16_t *W, int T, 
     K25_LAUNCH_CHECK(s, "cublasLt matmul");
 }
 
-void k25k_matmul(k25k_blas *b, const float *x, const uint16_t *W, int T, int N, int K, float *y,
-                 cudaStream_t s) {
+void k25k_matmul(k25k_blas *b, const float *x, const uint16_t *xs, const uint16_t *W, int T, int N,
+                 int K, float *y, cudaStream_t s) {
     if (T <= b->gemv_max_t)
         k25k_gemv_bf16(x, W, T, N, K, y, s);
     else
-        k25k_matmul_lt(b, x, W, T, N, K, y, s);
+        k25k_matmul_lt(b, x, xs, W, T, N, K, y, s);
 }
 
-void k25k_matmul2(k25k_blas *b, const float *x, const uint16_t *W1, const uint16_t *W2, int T,
-                  int N1, int N2, int K, float *y1, float *y2, cudaStream_t s) {
+void k25k_matmul2(k25k_blas *b, const float *x, const uint16_t *xs, const uint16_t *W1,
+                  const uint16_t *W2, int T, int N1, int N2, int K, float *y1, float *y2,
+                  cudaStream_t s) {
     if (T <= 0) return;
     if (T <= b->gemv_max_t) {
         if (k25k_gemv2_bf16(x, W1, W2, T, N1, N2, K, y1, y2, s)) return;
@@ -648,18 +651,18 @@ void k25k_matmul2(k25k_blas *b, const float *x, const uint16_t *W1, const uint16
         return;
     }
     // cuBLASLt: the activations converted once for both products
-    const int split = lt_stage(b, x, T, K, s);
+    const uint16_t *xb = lt_stage(b, x, xs, T, K, s);
     // W2 right after W1: [W1; W2] is one N1 + N2 row matrix, one GEMM over [hi; lo]
-    float *p = split && N1 > 0 && N2 > 0 && W2 == W1 + (size_t)N1 * K
+    float *p = k25k_split_activations() && N1 > 0 && N2 > 0 && W2 == W1 + (size_t)N1 * K
                    ? k25k_blas_products(b, T, (size_t)(N1 + N2))
                    : NULL;
     if (p) {
-        lt_gemm(b, b->xb, W1, 2 * T, N1 + N2, K, p, 0.0f, s);
+        lt_gemm(b, xb, W1, 2 * T, N1 + N2, K, p, 0.0f, s);
         k25k_sum2_pair(y1, y2, p, T, N1, N2, s);
         return;
     }
-    if (N1 > 0) lt_products(b, split, W1, T, N1, K, y1, s);
-    if (N2 > 0) lt_products(b, split, W2, T, N2, K, y2, s);
+    if (N1 > 0) lt_products(b, xb, W1, T, N1, K, y1, s);
+    if (N2 > 0) lt_products(b, xb, W2, T, N2, K, y2, s);
 }
 
 // ------------------------------------------------------------------------------------------

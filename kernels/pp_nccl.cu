@@ -10,6 +10,7 @@
 
 #include "cuda_common.cuh" // first: gives weights.h C linkage
 #include "backend.h"
+#include "cuda_backend.h"
 #include "pp_nccl.h"
 
 // One attached backend: its pipeline communicator and stream, and its own destroy.
@@ -41,6 +42,7 @@ static void nccl_pp_recv(k25_backend *be, float *x, size_t n, int stage) {
     be->sync(be);
     NCCL_CHECK(ncclRecv(x, n, ncclFloat32, stage, l->comm, l->stream));
     CUDA_CHECK(cudaStreamSynchronize(l->stream));
+    k25_cuda_wrote(be, x, n * sizeof(float));
 }
 
 static void nccl_pp_destroy(k25_backend *be) {

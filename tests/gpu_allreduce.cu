@@ -142,6 +142,7 @@ static ncclComm_t nccl;
 static cudaStream_t st;
 static float *dA, *dB, *dC; // device [CAP]
 static uint16_t *dW;        // device [W_MAX] (bf16)
+static uint16_t *dS;        // device [2 * CAP] (bf16): the fused kernel's hi and lo operands
 #define W_MAX 16384         // longest row of the fused checks
 static uint32_t seed_ = 1;
 static const uint32_t POISON = 0x7fc0deadu;
@@ -250,12 +251,22 @@ static void check_fused(int wire, int T, int n, size_t mis) {
     poison(dA, total);
     poison(dB, total);
     h2d(dA + mis, h0.data(), tn * 4);
-    const int rc =
-        oneshot_allreduce_add_rmsnorm(ctx, dC + mis, dA + mis, dW, eps, T, n, dB + mis, st);
+    CUDA_CHECK(cudaMemset(dS, 0xff, 2 * CAP * 2));
+    const int rc = oneshot_allreduce_add_rmsnorm(ctx, dC + mis, dA + mis, dW, eps, T, n, dB + mis,
+                                                 dS + mis, dS + CAP + mis, st);
     CUDA_CHECK(cudaStreamSynchronize(st));
     d2h(hgot.data(), dA, total * 4);
     d2h(ogot.data(), dB, total * 4);
     const float *hg = hgot.data() + mis, *og = ogot.data() + mis;
+    // the bf16 operands written beside out: hi = bf16(out), lo = bf16(out - hi), by the host
+    std::vector<uint16_t> sgot(2 * CAP);
+    CUDA_CHECK(cudaMemcpy(sgot.data(), dS, 2 * CAP * 2, cudaMemcpyDeviceToHost));
+    size_t wrong_s = 0;
+    for (size_t k = 0; k < tn; k++) {
+        const uint16_t hi = k25_f32_to_bf16(og[k]);
+        wrong_s += sgot[mis + k] != hi;
+        wrong_s += sgot[CAP + mis + k] != k25_f32_to_bf16(og[k] - k25_bf16_to_f32(hi));
+    }
     const size_t wrong_h = bits_differ(hg, href.data(), tn);
     size_t wrong_o = 0;
     double max_ref = 0;
@@ -271,7 +282,7 @@ static void check_fused(int wire, int T, int n, size_t mis) {
     h2d(dh, h0.data(), tn * 4);
     h2d(dd, d.data(), tn * 4);
     NCCL_CHECK(ncclAllReduce(dd, dd, tn, ncclFloat32, ncclSum, nccl, st));
-    k25k_add_rmsnorm(dh, dd, dW, eps, T, n, dout, st);
+    k25k_add_rmsnorm(dh, dd, dW, eps, T, n, dout, nullptr, nullptr, st);
     CUDA_CHECK(cudaStreamSynchronize(st));
     d2h(h2.data(), dh, tn * 4);
     d2h(o2.data(), dout, tn * 4);
@@ -279,12 +290,13 @@ static void check_fused(int wire, int T, int n, size_t mis) {
     const double tol = wire == ONESHOT_WIRE_BF16 ? 1e-2 : 1e-5;
     const int same = identical(hg, tn * 4) && identical(og, tn * 4);
     report(rc == 0 && wrong_h == 0 && wrong_o == 0 && e_host <= 1e-5 && e_nccl <= tol && guards &&
-               same,
+               same && wrong_s == 0,
            "fused %s wire %s T=%d n=%d%s: rc %d, h %zu wrong bits, out rel %.1e vs host (%zu "
-           "beyond 1e-5), rel %.1e vs NCCL+add_rmsnorm, guards %s, %s on %d ranks",
+           "beyond 1e-5), rel %.1e vs NCCL+add_rmsnorm, bf16 hi/lo %zu wrong, guards %s, %s on "
+           "%d ranks",
            wire_name(wire), proto_name(), T, n, mis ? " misaligned" : "", rc, wrong_h, e_host,
-           wrong_o, e_nccl, guards ? "intact" : "WRITTEN", same ? "identical" : "DIFFERENT",
-           nranks_);
+           wrong_o, e_nccl, wrong_s, guards ? "intact" : "WRITTEN",
+           same ? "identical" : "DIFFERENT", nranks_);
 }
 
 // Calls the context must refuse (return 1, touch nothing), the same on every rank.
@@ -296,15 +308,16 @@ static void check_not_taken(void) {
     poison(dA, 64);
     if (n_over <= CAP) ok &= oneshot_allreduce_f32(ctx, dA, n_over, st) == 1;
     ok &= oneshot_allreduce_add(ctx, dB, dA, n_over, st) == 1;
-    ok &= oneshot_allreduce_add_rmsnorm(ctx, dB, dA, dW, 1e-6f, 2, 12, dC, st) == 1; // n % 8
+    uint16_t *no = nullptr; // no bf16 operands
+    ok &= oneshot_allreduce_add_rmsnorm(ctx, dB, dA, dW, 1e-6f, 2, 12, dC, no, no, st) == 1; // n%8
     ok &= oneshot_allreduce_add_rmsnorm(ctx, dB, dA, dW, 1e-6f, (int)(lim / (4 * 64)) + 1, 64, dC,
-                                        st) == 1;
+                                        no, no, st) == 1;
     oneshot_set_limit(ctx, 4 * D_MODEL);
     ok &= oneshot_allreduce_f32(ctx, dA, 2 * D_MODEL, st) == 1;
-    ok &= oneshot_allreduce_add_rmsnorm(ctx, dB, dA, dW, 1e-6f, 2, D_MODEL, dC, st) == 1;
+    ok &= oneshot_allreduce_add_rmsnorm(ctx, dB, dA, dW, 1e-6f, 2, D_MODEL, dC, no, no, st) == 1;
     oneshot_set_limit(ctx, lim);
     ok &= oneshot_allreduce_f32(ctx, dA, 0, st) == 0 &&
-          oneshot_allreduce_add_rmsnorm(ctx, dB, dA, dW, 1e-6f, 0, 64, dC, st) == 0;
+          oneshot_allreduce_add_rmsnorm(ctx, dB, dA, dW, 1e-6f, 0, 64, dC, no, no, st) == 0;
     CUDA_CHECK(cudaStreamSynchronize(st));
     std::vector<float> g(64);
     d2h(g.data(), dA, 64 * 4);
@@ -432,7 +445,8 @@ static void enqueue_round(const std::vector<stress_op> &ops, uint32_t *iter, con
         else if (o.kind == 1)
             rc = oneshot_allreduce_add(ctx, dC, dA, vals, st);
         else
-            rc = oneshot_allreduce_add_rmsnorm(ctx, dC, dA, dW, eps, o.T, (int)o.n, dB, st);
+            rc = oneshot_allreduce_add_rmsnorm(ctx, dC, dA, dW, eps, o.T, (int)o.n, dB, nullptr,
+                                               nullptr, st);
         if (rc) K25_DIE("stress op %zu (kind %d, %zu values) not taken", k, o.kind, vals);
         if (o.kind < 2)
             verify_flat_kernel<<<g, 256, 0, st>>>(dA, vals, seed, seed_h, o.kind, nranks_, o.wire,
@@ -572,6 +586,7 @@ int main(int argc, char **argv) {
     CUDA_CHECK(cudaMalloc(&dB, CAP * 4));
     CUDA_CHECK(cudaMalloc(&dC, CAP * 4));
     CUDA_CHECK(cudaMalloc(&dW, W_MAX * 2));
+    CUDA_CHECK(cudaMalloc(&dS, 2 * CAP * 2));
 
     const int rows_full[] = {1,  2,  3,  4,  5,  7,   8,   9,   15,  16,  17,  31,
                              32, 33, 63, 64, 65, 100, 127, 128, 129, 200, 255, 256};
@@ -613,5 +628,6 @@ int main(int argc, char **argv) {
     CUDA_CHECK(cudaFree(dB));
     CUDA_CHECK(cudaFree(dC));
     CUDA_CHECK(cudaFree(dW));
+    CUDA_CHECK(cudaFree(dS));
     return finish();
 }

@@ -478,6 +478,88 @@ static void check_matmul_singles(pair *p, int T) {
         }
 }
 
+// Above the GEMV's row limit a norm writes the bf16 operand of the projections that read its
+// output beside it (kernels/backend_cuda.cu, "Staged operands"). The products must match the
+// CPU after each norm, and must see a write into the norm's output made in between (a partial
+// one too): a stale operand would give errors of order 1.
+static void check_staged(pair *p, int T) {
+    if (!want("staged")) return;
+    const k25_config *cfg = p->cfg;
+    const int D = cfg->hidden;
+    const k25_layer *Lg = &p->wg.layers[p->wg.layer_begin], *Lc = &p->wc.layers[p->wc.layer_begin];
+    const int N1 = (int)Lg->q_a.rows, N2 = (int)Lg->kv_a.rows;
+    const size_t td = (size_t)T * D, half = (size_t)(T / 2) * D;
+    float *hx = (float *)k25_malloc(sizeof(float) * td);
+    dbuf x = dbuf_new(p, td), d = dbuf_new(p, td), h = dbuf_new(p, td), y = dbuf_new(p, td);
+    dbuf o1 = dbuf_new(p, (size_t)T * N1), o2 = dbuf_new(p, (size_t)T * N2);
+    fill_randn(hx, td, 1.0f);
+    dbuf_set(p, &x, hx);
+    fill_randn(hx, td, 0.5f);
+    dbuf_set(p, &d, hx);
+    fill_randn(hx, td, 1.0f);
+    dbuf_set(p, &h, hx);
+    const double tol = k25k_split_activations() ? 1e-4 : 1e-2;
+    const char *path = T > gemv_max_rows() ? "staged" : "gemv, nothing staged";
+    const float eps = cfg->norm_eps;
+    k25_backend *be[2] = {p->cpu, p->gpu};
+    for (int k = 0; k < 2; k++) {
+        const k25_layer *L = k ? Lg : Lc;
+        float *X = k ? x.g : x.c, *Y = k ? y.g : y.c, *O1 = k ? o1.g : o1.c, *O2 = k ? o2.g : o2.c;
+        be[k]->rmsnorm(be[k], X, D, &L->attn_norm, eps, T, D, Y);
+        be[k]->matmul2(be[k], Y, &L->q_a, &L->kv_a, T, O1, O2);
+    }
+    double e1 = dbuf_err(p, &o1, (size_t)T * N1), e2 = dbuf_err(p, &o2, (size_t)T * N2);
+    report(e1 <= tol && e2 <= tol, "staged rmsnorm -> matmul2 q_a+kv_a T=%-4d rel=%.2e, %.2e (%s)",
+           T, e1, e2, path);
+
+    for (int k = 0; k < 2; k++) { // the later rows of the output written after the norm
+        const k25_layer *L = k ? Lg : Lc;
+        float *X = k ? x.g : x.c, *Y = k ? y.g : y.c, *O1 = k ? o1.g : o1.c;
+        be[k]->rmsnorm(be[k], X, D, &L->attn_norm, eps, T, D, Y);
+        be[k]->add(be[k], Y + half, k ? d.g : d.c, td - half);
+        be[k]->matmul(be[k], Y, &L->q_a, T, O1);
+    }
+    e1 = dbuf_err(p, &o1, (size_t)T * N1);
+    report(e1 <= tol, "staged rmsnorm, add into rows %d.., matmul q_a T=%-4d rel=%.2e (%s)", T / 2,
+           T, e1, path);
+
+    for (int k = 0; k < 2; k++) { // the output replaced from the host after the norm
+        const k25_layer *L = k ? Lg : Lc;
+        float *X = k ? x.g : x.c, *Y = k ? y.g : y.c, *O1 = k ? o1.g : o1.c;
+        be[k]->rmsnorm(be[k], X, D, &L->attn_norm, eps, T, D, Y);
+        be[k]->to_device(be[k], Y, hx, sizeof(float) * td);
+        be[k]->matmul(be[k], Y, &L->q_a, T, O1);
+    }
+    e1 = dbuf_err(p, &o1, (size_t)T * N1);
+    report(e1 <= tol, "staged rmsnorm, to_device, matmul q_a T=%-4d rel=%.2e (%s)", T, e1, path);
+
+    for (int k = 0; k < 2; k++) { // another buffer's product after the norm; then add_rmsnorm's
+        const k25_layer *L = k ? Lg : Lc;
+        float *X = k ? x.g : x.c, *Y = k ? y.g : y.c, *O1 = k ? o1.g : o1.c, *O2 = k ? o2.g : o2.c;
+        be[k]->rmsnorm(be[k], X, D, &L->attn_norm, eps, T, D, Y);
+        be[k]->matmul(be[k], X, &L->q_a, T, O1);
+        be[k]->add_rmsnorm(be[k], k ? h.g : h.c, k ? d.g : d.c, &L->ffn_norm, eps, T, D, Y);
+        be[k]->matmul(be[k], Y, &L->kv_a, T, O2);
+    }
+    e1 = dbuf_err(p, &o1, (size_t)T * N1), e2 = dbuf_err(p, &o2, (size_t)T * N2);
+    report(e1 <= tol && e2 <= tol, "staged rmsnorm, matmul of its input; add_rmsnorm -> matmul "
+           "T=%-4d rel=%.2e, %.2e (%s)", T, e1, e2, path);
+
+    for (int k = 0; k < 2; k++) { // the block end (one rank: the add and norm kernel)
+        const k25_layer *L = k ? Lg : Lc;
+        float *Y = k ? y.g : y.c, *O1 = k ? o1.g : o1.c, *O2 = k ? o2.g : o2.c;
+        be[k]->allreduce_add_rmsnorm(be[k], k ? h.g : h.c, k ? d.g : d.c, &L->attn_norm, eps, T,
+                                     D, Y);
+        be[k]->matmul2(be[k], Y, &L->q_a, &L->kv_a, T, O1, O2);
+    }
+    e1 = dbuf_err(p, &o1, (size_t)T * N1), e2 = dbuf_err(p, &o2, (size_t)T * N2);
+    report(e1 <= tol && e2 <= tol, "staged allreduce_add_rmsnorm -> matmul2 T=%-4d rel=%.2e, "
+           "%.2e (%s)", T, e1, e2, path);
+    dbuf_free(p, &x), dbuf_free(p, &d), dbuf_free(p, &h), dbuf_free(p, &y);
+    dbuf_free(p, &o1), dbuf_free(p, &o2);
+    free(hx);
+}
+
 // --only matmul: both groups; --only matmul2: the pairs alone.
 static void check_matmuls(pair *p, int T) {
     check_matmul_singles(p, T);
@@ -867,6 +949,7 @@ int main(int argc, char **argv) {
         set_batch_both(&p, &bb.b);
         check_rows_ops(&p, rows[i]);
         check_matmuls(&p, rows[i]);
+        check_staged(&p, rows[i]);
         check_moe(&p, rows[i]);
         batch_free(&bb);
     }
