@@ -95,8 +95,9 @@ typedef struct cuda_impl {
     // follows; a host write of any device buffer clears it (tests feed their own choices)
     const int32_t *sorted_idx;
     float *ws_part1, *ws_h, *ws_part2;
-    // The cuBLASLt operand [hi; lo] of staged_of[staged_n], written beside it by the norm that
-    // produced it (stage_norm), so that the projections reading it next skip their conversion.
+    // The cuBLASLt operand [hi; lo] of staged_of[staged_n], written beside it by the norm (or the
+    // attention) that produced it (stage_output), so that the projections reading it next skip
+    // their conversion.
     // Any write overlapping staged_of clears the record (staged_clobber).
     uint16_t *staged;
     size_t staged_cap;           // bf16 elements
@@ -129,13 +130,14 @@ typedef struct cuda_impl {
 static cuda_impl *impl_of(k25_backend *be) { return (cuda_impl *)be->impl; }
 
 // Staged operands. A norm whose output feeds the cuBLASLt products (T above the GEMV's row
-// limit: q_a + kv_a, q_b and the router read the norms' outputs) writes their bf16 operand
-// beside it, which saves a conversion kernel per product (and its read of the activations).
+// limit: q_a + kv_a, q_b and the router read the norms' outputs), and the attention for
+// o_proj, write their bf16 operand beside the output, which saves a conversion kernel per
+// product (and its read of the activations).
 // The buffer is one, written and read on the main stream only, so stream order protects it. The
 // shared expert's products on the side stream convert for themselves: reading the operand they
 // started at once beside the router and slowed its top-k, which the routed experts wait for
 // (16-256 rows 0.4-1.9% slower than converting there; `bench/NOTES.md`, eighteenth round).
-static uint16_t *stage_norm(cuda_impl *c, const float *out, int T, int n, uint16_t **lo) {
+static uint16_t *stage_output(cuda_impl *c, const float *out, int T, int n, uint16_t **lo) {
     const size_t tn = (size_t)T * n;
     c->staged_of = NULL;
     *lo = NULL;
@@ -548,7 +550,10 @@ static void ensure_workspaces(cuda_impl *c, const k25_config *cfg, int rows) {
 
     dev_free(c, c->staged);
     c->staged_of = NULL;
-    c->staged_cap = 2 * (size_t)R * (size_t)(D > cfg->q_lora_rank ? D : cfg->q_lora_rank);
+    // the norms' outputs (D, q_lora_rank wide) and the attention's (H v_head_dim)
+    size_t widest = (size_t)(D > cfg->q_lora_rank ? D : cfg->q_lora_rank);
+    if ((size_t)H * cfg->v_head_dim > widest) widest = (size_t)H * cfg->v_head_dim;
+    c->staged_cap = 2 * (size_t)R * widest;
     c->staged = (uint16_t *)dev_alloc(c, c->staged_cap * 2, "staged bf16 activations");
 
     dev_free(c, c->ws_mla);
@@ -686,7 +691,7 @@ static void cuda_embed(k25_backend *be, const k25_tensor *emb, float *x) {
 static void cuda_rmsnorm(k25_backend *be, const float *x, int ld, const k25_tensor *w, float eps,
                          int T, int n, float *out) {
     cuda_impl *c = impl_of(be);
-    uint16_t *lo, *hi = stage_norm(c, out, T, n, &lo);
+    uint16_t *lo, *hi = stage_output(c, out, T, n, &lo);
     k25k_rmsnorm(x, ld, bf16_dev(w, n), eps, T, n, out, hi, lo, c->stream);
 }
 
@@ -694,7 +699,7 @@ static void cuda_add_rmsnorm(k25_backend *be, float *h, const float *d, const k2
                              float eps, int T, int n, float *out) {
     cuda_impl *c = impl_of(be);
     staged_clobber(c, h, sizeof(float) * T * n);
-    uint16_t *lo, *hi = stage_norm(c, out, T, n, &lo);
+    uint16_t *lo, *hi = stage_output(c, out, T, n, &lo);
     k25k_add_rmsnorm(h, d, bf16_dev(w, n), eps, T, n, out, hi, lo, c->stream);
 }
 
@@ -778,10 +783,13 @@ static void cuda_mla_attention(k25_backend *be, int layer, const k25_layer *L, f
     staged_clobber(c, kv, sizeof(float) * a.T * (a.L + a.dr));
     staged_clobber(c, out, sizeof(float) * a.T * a.H * a.dv);
     char *cl = (char *)c->cache + c->layer_elems * layer * (c->kv_f32 ? 4 : 2);
-    // c->blas for the prefill projections (absorb, output): attention runs on the main stream
-    // outside the shared-expert branch, which is the other user of c->blas
-    k25k_mla_attention_blas(&a, cl, c->kv_f32, kvb, q, kv, out, c->ws_mla, chunks, c->blas,
-                            c->stream);
+    // c->blas for the projections above the GEMV's rows (absorb, output): attention runs on the
+    // main stream outside the shared-expert branch, which is the other user of c->blas. Its
+    // output's sum kernel stages the o_proj product's operand, as a norm does.
+    uint16_t *lo, *hi = stage_output(c, out, a.T, a.H * a.dv, &lo);
+    if (!k25k_mla_attention_blas(&a, cl, c->kv_f32, kvb, q, kv, out, hi, lo, c->ws_mla, chunks,
+                                 c->blas, c->stream))
+        c->staged_of = NULL;
 }
 
 static void cuda_router(k25_backend *be, const float *x, const k25_layer *L, int32_t *idx,
@@ -799,15 +807,19 @@ static void cuda_router(k25_backend *be, const float *x, const k25_layer *L, int
     blas_reserve(c, c->blas_routed, c->T, D);
     staged_clobber(c, idx, sizeof(int32_t) * c->T * cfg->top_k);
     staged_clobber(c, wts, sizeof(float) * c->T * cfg->top_k);
-    k25k_matmul(c->blas_routed, x, staged_operand(c, x, c->T, D),
-                bf16_dev(&L->router, (int64_t)E * D), c->T, E, D, c->ws_logits, c->stream);
+    // above the GEMV's rows the top-k adds the GEMM's hi and lo products itself (no sum kernel
+    // between the two on the routed experts' path)
+    const float *parts = k25k_matmul_parts(c->blas_routed, x, staged_operand(c, x, c->T, D),
+                                           bf16_dev(&L->router, (int64_t)E * D), c->T, E, D,
+                                           c->ws_logits, c->stream);
     // the routing sort of the moe call that follows in the same launch where one block holds
     // every row (batch 1 and short verification steps): one launch fewer per layer
     const moe_dev *m = (const moe_dev *)L->backend_data;
     const k25k_route_sort sort = {&c->route, m ? m->I : 0, m ? m->D : 0, c->num_sms};
     const k25k_uniform uni = {c->d_pos, c->d_seq, L->index};
     const int sorted = k25k_router_topk(
-        c->ws_logits, (const float *)L->router_bias.dev, c->T, E, cfg->n_group, cfg->topk_group,
+        parts ? parts : c->ws_logits, parts ? parts + (size_t)c->T * E : NULL,
+        (const float *)L->router_bias.dev, c->T, E, cfg->n_group, cfg->topk_group,
         cfg->top_k, cfg->norm_topk_prob, cfg->routed_scale, idx, wts,
         m && m->E == E && c->T <= c->ws_rows ? &sort : NULL,
         cfg->uniform_routing ? &uni : NULL, c->stream);
@@ -867,7 +879,7 @@ static void cuda_allreduce_add_rmsnorm(k25_backend *be, float *h, float *d, cons
     if (T <= 0) return;
     staged_clobber(c, h, sizeof(float) * tn);
     if (c->tp > 1 && c->oneshot) {
-        uint16_t *lo = NULL, *hi = w ? stage_norm(c, out, T, n, &lo) : NULL;
+        uint16_t *lo = NULL, *hi = w ? stage_output(c, out, T, n, &lo) : NULL;
         int rc = w ? oneshot_allreduce_add_rmsnorm(c->oneshot, d, h, bf16_dev(w, n), eps, T, n, out,
                                                    hi, lo, c->stream)
                    : oneshot_allreduce_add(c->oneshot, d, h, tn, c->stream);

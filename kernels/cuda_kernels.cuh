@@ -20,6 +20,10 @@ void k25k_silu_mul(const float *gate, const float *up, size_t n, float *out, cud
 void k25k_add(float *y, const float *x, size_t n, cudaStream_t s);
 // out = a + b (out may be a or b)
 void k25k_sum2(float *out, const float *a, const float *b, size_t n, cudaStream_t s);
+// The same sums, also written as the next product's bf16 operand hi[n] (+ lo[n]), as
+// k25k_f32_to_bf16_split(out, n, hi, lo) would write them (hi NULL: k25k_sum2).
+void k25k_sum2_split(float *out, const float *a, const float *b, size_t n, uint16_t *hi,
+                     uint16_t *lo, cudaStream_t s);
 // y1[t][:] + y2[t][:] = p[t][:] + p[T + t][:] over p [2T][N1 + N2] (a pair's one GEMM)
 void k25k_sum2_pair(float *y1, float *y2, const float *p, int T, int N1, int N2, cudaStream_t s);
 void k25k_f32_to_bf16(const float *x, size_t n, uint16_t *y, cudaStream_t s);
@@ -66,6 +70,11 @@ void k25k_matmul_lt_bf16(k25k_blas *b, const uint16_t *xb, const uint16_t *W, in
 #define K25K_GEMV_MAX_T_DEFAULT 4
 void k25k_matmul(k25k_blas *b, const float *x, const uint16_t *xs, const uint16_t *W, int T, int N,
                  int K, float *y, cudaStream_t s);
+// k25k_matmul, except where the hi and lo products run as one GEMM: then y is not written and
+// the products are returned, p[T][N] of hi and p + T N of lo, for the kernel that reads y to
+// add (p[i] + p[T N + i], the sum k25k_matmul writes). NULL: y written.
+const float *k25k_matmul_parts(k25k_blas *b, const float *x, const uint16_t *xs,
+                               const uint16_t *W, int T, int N, int K, float *y, cudaStream_t s);
 // Two projections of the same activations (same K) in one tile-GEMV launch over N1 + N2 rows:
 // y1[T][N1] = x W1^T, y2[T][N2] = x W2^T. The K-slice plan comes from N1 + N2 and K, so a row
 // differs from k25k_gemv_bf16 of its matrix alone in the last bits where the slice counts differ
@@ -173,10 +182,11 @@ typedef struct k25k_uniform {
     const int32_t *pos, *seq;
     int layer;
 } k25k_uniform;
-int k25k_router_topk(const float *logits, const float *bias, int T, int E, int n_group,
-                     int topk_group, int top_k, int norm_topk, float scale, int32_t *idx,
-                     float *wts, const k25k_route_sort *sort, const k25k_uniform *uni,
-                     cudaStream_t s);
+// logits_lo non-NULL: the logits are logits[i] + logits_lo[i] (k25k_matmul_parts' products).
+int k25k_router_topk(const float *logits, const float *logits_lo, const float *bias, int T,
+                     int E, int n_group, int topk_group, int top_k, int norm_topk, float scale,
+                     int32_t *idx, float *wts, const k25k_route_sort *sort,
+                     const k25k_uniform *uni, cudaStream_t s);
 
 // ---- mla.cu ----
 typedef struct k25k_mla_args {
@@ -232,6 +242,10 @@ int k25k_blas_gemv_max_t(const k25k_blas *b);
 // Above k25k_blas_gemv_max_t(blas) rows the q absorption and the W_UV projection run as
 // per-head bf16 GEMMs (activations split hi + lo unless K25_BF16_ACTIVATIONS=1); at or below
 // it, or with blas NULL, exactly as k25k_mla_attention (the CUDA-core kernels).
-void k25k_mla_attention_blas(const k25k_mla_args *a, void *cache, int cache_f32,
-                             const uint16_t *kvb, float *q, float *kv, float *out, float *ws,
-                             int n_chunks, k25k_blas *blas, cudaStream_t s);
+// out_hi non-NULL: where those GEMMs run, out is also written as the o_proj product's bf16
+// operand (out_hi, out_lo: [T][H dv] each, lo NULL with bf16 activations), as
+// k25k_f32_to_bf16_split(out) would; returns 1 when it was.
+int k25k_mla_attention_blas(const k25k_mla_args *a, void *cache, int cache_f32,
+                            const uint16_t *kvb, float *q, float *kv, float *out,
+                            uint16_t *out_hi, uint16_t *out_lo, float *ws, int n_chunks,
+                            k25k_blas *blas, cudaStream_t s);

@@ -351,8 +351,11 @@ __global__ void silu_mul_kernel(const float *__restrict__ g, const float *__rest
 }
 
 // out = a + b over the n / V groups (out may be a: each group is read before it is written).
-template <int V>
-__device__ __forceinline__ void sum2_groups(float *out, const float *a, const float *b, size_t n) {
+// SPLIT: the sums are also written as the next product's bf16 operand (lo: NULL without the
+// second half), as k25k_f32_to_bf16_split(out) would.
+template <int V, bool SPLIT = false>
+__device__ __forceinline__ void sum2_groups(float *out, const float *a, const float *b, size_t n,
+                                            uint16_t *hi = nullptr, uint16_t *lo = nullptr) {
     K25_FOR_GROUPS(n, V, i) {
         float x[V], y[V];
         k25_ldv<V>(a + i, x);
@@ -360,6 +363,7 @@ __device__ __forceinline__ void sum2_groups(float *out, const float *a, const fl
 #pragma unroll
         for (int v = 0; v < V; v++) x[v] += y[v];
         k25_stv<V>(out + i, x);
+        if constexpr (SPLIT) k25_st_split<V>(hi, lo, i, x);
     }
 }
 
@@ -369,11 +373,12 @@ template <int V> __global__ void add_kernel(float *y, const float *__restrict__ 
     sum2_groups<V>(y, y, x, n);
 }
 
-template <int V>
-__global__ void sum2_kernel(float *out, const float *a, const float *b, size_t n) {
+template <int V, bool SPLIT>
+__global__ void sum2_kernel(float *out, const float *a, const float *b, size_t n, uint16_t *hi,
+                            uint16_t *lo) {
     k25_pdl_trigger();
     k25_pdl_wait();
-    sum2_groups<V>(out, a, b, n);
+    sum2_groups<V, SPLIT>(out, a, b, n, hi, lo);
 }
 
 // The products of a pair's one GEMM, p [2T][N1 + N2] (hi rows, then lo rows), summed into the
@@ -448,11 +453,16 @@ void k25k_add(float *y, const float *x, size_t n, cudaStream_t s) {
 }
 
 void k25k_sum2(float *out, const float *a, const float *b, size_t n, cudaStream_t s) {
+    k25k_sum2_split(out, a, b, n, nullptr, nullptr, s);
+}
+
+void k25k_sum2_split(float *out, const float *a, const float *b, size_t n, uint16_t *hi,
+                     uint16_t *lo, cudaStream_t s) {
     if (!n) return;
-    if (k25_vec4(n, {out, a, b}))
-        k25_launch("sum2", sum2_kernel<4>, grid_for(n / 4), 256, 0, s, out, a, b, n);
-    else
-        k25_launch("sum2", sum2_kernel<1>, grid_for(n), 256, 0, s, out, a, b, n);
+    const bool v4 = k25_vec4(n, {out, a, b}, {hi, lo});
+    auto *kernel = v4 ? (hi ? sum2_kernel<4, true> : sum2_kernel<4, false>)
+                      : (hi ? sum2_kernel<1, true> : sum2_kernel<1, false>);
+    k25_launch("sum2", kernel, grid_for(v4 ? n / 4 : n), 256, 0, s, out, a, b, n, hi, lo);
 }
 
 void k25k_sum2_pair(float *y1, float *y2, const float *p, int T, int N1, int N2, cudaStream_t s) {

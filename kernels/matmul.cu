@@ -597,24 +597,27 @@ static const uint16_t *lt_stage(k25k_blas *b, const float *x, const uint16_t *xs
 // y = x W^T from the staged activations: y = W hi (+ W lo). The staging puts lo right after
 // hi, so [hi; lo] is one 2T-row operand: up to k25k_lt_one_pass_rows() one GEMM reads the
 // weights once and sum2 adds the halves (the same sum as the second product accumulating
-// into the first, lo + hi); above, two GEMMs.
-static void lt_products(k25k_blas *b, const uint16_t *xb, const uint16_t *W, int T, int N, int K,
-                        float *y, cudaStream_t s) {
+// into the first, lo + hi); above, two GEMMs. keep_parts: the one GEMM's products are returned
+// unsummed (hi rows, then lo rows) and y is not written; NULL: y holds the result.
+static const float *lt_products(k25k_blas *b, const uint16_t *xb, const uint16_t *W, int T, int N,
+                                int K, float *y, bool keep_parts, cudaStream_t s) {
     const int split = k25k_split_activations();
     float *y2 = split ? k25k_blas_products(b, T, (size_t)N) : NULL;
     if (y2) {
         lt_gemm(b, xb, W, 2 * T, N, K, y2, 0.0f, s);
+        if (keep_parts) return y2;
         k25k_sum2(y, y2, y2 + (size_t)T * N, (size_t)T * N, s);
-        return;
+        return NULL;
     }
     lt_gemm(b, xb, W, T, N, K, y, 0.0f, s);
     if (split) lt_gemm(b, xb + (size_t)T * K, W, T, N, K, y, 1.0f, s);
+    return NULL;
 }
 
 void k25k_matmul_lt(k25k_blas *b, const float *x, const uint16_t *xs, const uint16_t *W, int T,
                     int N, int K, float *y, cudaStream_t s) {
     if (T <= 0 || N <= 0) return;
-    lt_products(b, lt_stage(b, x, xs, T, K, s), W, T, N, K, y, s);
+    lt_products(b, lt_stage(b, x, xs, T, K, s), W, T, N, K, y, false, s);
 }
 
 void k25k_matmul_lt_bf16(k25k_blas *b, const uint16_t *xb, const uint16_t *W, int T, int N, int K,
@@ -640,6 +643,15 @@ void k25k_matmul(k25k_blas *b, const float *x, const uint16_t *xs, const uint16_
         k25k_matmul_lt(b, x, xs, W, T, N, K, y, s);
 }
 
+const float *k25k_matmul_parts(k25k_blas *b, const float *x, const uint16_t *xs,
+                               const uint16_t *W, int T, int N, int K, float *y, cudaStream_t s) {
+    if (T <= b->gemv_max_t || T <= 0 || N <= 0) {
+        k25k_matmul(b, x, xs, W, T, N, K, y, s);
+        return NULL;
+    }
+    return lt_products(b, lt_stage(b, x, xs, T, K, s), W, T, N, K, y, true, s);
+}
+
 void k25k_matmul2(k25k_blas *b, const float *x, const uint16_t *xs, const uint16_t *W1,
                   const uint16_t *W2, int T, int N1, int N2, int K, float *y1, float *y2,
                   cudaStream_t s) {
@@ -661,8 +673,8 @@ void k25k_matmul2(k25k_blas *b, const float *x, const uint16_t *xs, const uint16
         k25k_sum2_pair(y1, y2, p, T, N1, N2, s);
         return;
     }
-    if (N1 > 0) lt_products(b, xb, W1, T, N1, K, y1, s);
-    if (N2 > 0) lt_products(b, xb, W2, T, N2, K, y2, s);
+    if (N1 > 0) lt_products(b, xb, W1, T, N1, K, y1, false, s);
+    if (N2 > 0) lt_products(b, xb, W2, T, N2, K, y2, false, s);
 }
 
 // ------------------------------------------------------------------------------------------

@@ -98,13 +98,27 @@ __device__ void mla_prep_row(const k25k_mla_args &a, CT *__restrict__ cache, flo
     }
 }
 
-// Prefill: one block per row (at decode the rows ride along with the absorption kernel).
+// Above the GEMV's rows: one block per row (at decode the rows ride along with the absorption
+// kernel). With hi non-NULL the block also writes its row's q_nope as the absorption GEMM's bf16
+// operand, packed [T][H][dn] (lo: the second half, NULL without it), as mla_split would: the
+// rope touches only q_pe, so this needs no order against mla_prep_row.
 template <typename CT>
-__global__ void mla_prep_kernel(k25k_mla_args a, CT *__restrict__ cache, float *q, float *kv) {
+__global__ void mla_prep_kernel(k25k_mla_args a, CT *__restrict__ cache, float *q, float *kv,
+                                uint16_t *__restrict__ hi, uint16_t *__restrict__ lo) {
     __shared__ float scratch[32];
     k25_pdl_trigger();
     k25_pdl_wait();
-    mla_prep_row(a, cache, q, kv, blockIdx.x, scratch);
+    const int t = blockIdx.x;
+    mla_prep_row(a, cache, q, kv, t, scratch);
+    if (!hi) return;
+    const int dq = a.dn + a.dr, n4 = a.H * (a.dn / 4); // dn % 4 == 0 (checked by the caller)
+    const float *qt = q + (size_t)t * a.H * dq;
+    for (int i = threadIdx.x; i < n4; i += blockDim.x) {
+        const int h = i / (a.dn / 4), d = 4 * (i - h * (a.dn / 4));
+        float v[4];
+        k25_ldv<4>(qt + (size_t)h * dq + d, v);
+        k25_st_split<4>(hi, lo, ((size_t)t * a.H + h) * a.dn + d, v);
+    }
 }
 
 // ------------------------------------------------------------------------------------------
@@ -372,10 +386,13 @@ static size_t mla_mma_smem(int W) {
            4 * (MMA_HM * MMA_JT + MMA_HM);
 }
 
+// LO: q_abs and q_abs_lo are the absorption GEMM's two products (above the GEMV's rows; a
+// template argument so that the decode kernel's Q staging keeps its code).
+template <bool LO>
 __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
     k25k_mla_args a, const uint16_t *__restrict__ cache, const float *__restrict__ q,
-    const float *__restrict__ q_abs, int n_chunks, float *__restrict__ part_ml,
-    float *__restrict__ part_o) {
+    const float *__restrict__ q_abs, const float *__restrict__ q_abs_lo, int n_chunks,
+    float *__restrict__ part_ml, float *__restrict__ part_o) {
     static_assert(MMA_HM * MMA_TPH == MMA_WARPS * 32, "softmax: MMA_TPH threads per head");
     static_assert(MMA_TPH <= 32 && MMA_JT % MMA_TPH == 0, "softmax: a head's threads in one warp");
     static_assert(MMA_JT == 8 * MMA_WARPS, "scores: 8 tile rows per warp");
@@ -469,20 +486,25 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
     // Four columns per thread and step (L, dn and dr are multiples of 4: float4 loads), heads
     // in the outer loop (no index division), and the loads of 8 heads are issued before any is
     // converted: this prologue runs in every block, at batch 1 most of the kernel's time while
-    // it was a division-heavy scalar loop (kernels/NOTES.md).
+    // it was a division-heavy scalar loop (kernels/NOTES.md). LO: q_abs is the absorption
+    // GEMM's hi-operand products and q_abs_lo its lo-operand ones, added here as the sum kernel
+    // after the GEMM would have (hi + lo, then the split).
     static_assert(MMA_HM % 8 == 0, "Q staging: 8 heads per round");
     for (int hb = 0; hb < MMA_HM; hb += 8) {
-        float4 v[8][MMA_QV];
+        float4 v[8][MMA_QV], vl[8][MMA_QV];
 #pragma unroll
         for (int hh = 0; hh < 8; hh++)
 #pragma unroll
             for (int j = 0; j < MMA_QV; j++) {
                 const int h = hb + hh, k = 4 * (tid + j * MMA_WARPS * 32);
                 v[hh][j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                vl[hh][j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                 if (h < nh && k < W) {
                     const size_t th = (size_t)t * a.H + h0 + h;
                     const float *src = k < L ? q_abs + th * L + k : q + th * dq + a.dn + (k - L);
                     v[hh][j] = *reinterpret_cast<const float4 *>(src);
+                    if (LO && k < L)
+                        vl[hh][j] = *reinterpret_cast<const float4 *>(q_abs_lo + th * L + k);
                 }
             }
 #pragma unroll
@@ -491,7 +513,13 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
             for (int j = 0; j < MMA_QV; j++) {
                 const int k = 4 * (tid + j * MMA_WARPS * 32);
                 if (k >= KP) continue;
-                const float4 q4 = v[hh][j];
+                float4 q4 = v[hh][j];
+                if (LO && k < L) {
+                    q4.x += vl[hh][j].x;
+                    q4.y += vl[hh][j].y;
+                    q4.z += vl[hh][j].z;
+                    q4.w += vl[hh][j].w;
+                }
                 const uint2 hi = make_uint2(k25_pack_bf16x2(q4.x, q4.y), k25_pack_bf16x2(q4.z, q4.w));
                 const uint2 lo =
                     make_uint2(k25_pack_bf16x2(q4.x - k25_bf16_lo(hi.x), q4.y - k25_bf16_hi(hi.x)),
@@ -665,10 +693,15 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
 // clen computed as the attention kernel did (tile = its rows per tile). Each block recomputes
 // the chunk weights (max, then the normalizer, in a fixed order) and sums its 128 dims over
 // those chunks with eight independent accumulators, so that many loads are in flight.
+// STAGE: the result goes out as the W_UV GEMM's bf16 operand (hi, lo: packed [T][H][L], lo NULL
+// without it) instead of o_lat, as mla_split would have converted it.
+template <bool STAGE>
 __global__ void __launch_bounds__(128) mla_merge_kernel(k25k_mla_args a, int n_chunks, int tile,
                                                         const float *__restrict__ part_ml,
                                                         const float *__restrict__ part_o,
-                                                        float *__restrict__ o_lat) {
+                                                        float *__restrict__ o_lat,
+                                                        uint16_t *__restrict__ hi,
+                                                        uint16_t *__restrict__ lo) {
     __shared__ float wgt[256];
     __shared__ float scratch[32];
     k25_pdl_trigger();
@@ -704,7 +737,11 @@ __global__ void __launch_bounds__(128) mla_merge_kernel(k25k_mla_args a, int n_c
     }
     for (; k < n; k++) acc[0] += wgt[k] * po[(size_t)k * a.L];
     float sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    o_lat[th * a.L + d] = sum / den;
+    const float o = sum / den;
+    if constexpr (STAGE)
+        k25_st_split<1>(hi, lo, th * a.L + d, &o);
+    else
+        o_lat[th * a.L + d] = o;
 }
 
 // ------------------------------------------------------------------------------------------
@@ -799,17 +836,26 @@ static void mla_split(const float *src, int rows, int width, int ld, uint16_t *h
 // bf16 elements of one staged half of n values, a multiple of 256 bytes (lo starts there); the
 // two halves together take as many floats.
 static size_t mla_half_elems(size_t n) { return (n + 127) / 128 * 128; }
+static uint16_t *mla_lo_half(uint16_t *hi, size_t n) {
+    return k25k_split_activations() ? hi + mla_half_elems(n) : nullptr;
+}
 
 // Y_h[T][N] = X_h[T][K] op(W_h) for every head h, X f32 split into hi (+ lo, a second product
-// accumulating). x_ld: floats between rows t of one head in x; the staged copy is packed [T][H][K].
-static void mla_gemm(k25k_blas *blas, int w_nk, int T, int H, int N, int K, const float *x,
-                     int x_ld, uint16_t *stage, const uint16_t *w, int64_t w_stride, float *y,
-                     cudaStream_t s) {
-    const int split = k25k_split_activations();
-    const size_t n = (size_t)T * H * K;
-    uint16_t *hi = stage, *lo = split ? stage + mla_half_elems(n) : nullptr;
-    mla_split(x, T * H, K, x_ld, hi, lo, s);
+// accumulating). x_ld: floats between rows t of one head in x; the staged copy is packed [T][H][K]
+// at stage (x_staged: the kernel before wrote it already; x is not read).
+// When hi and lo run as one GEMM (below) the halves' products are summed into y, and also split
+// into y_hi and y_lo when given (the next product's operand; returns 1); with parts given
+// nothing is written to y: *parts = the hi products, the lo ones right after them (T H N
+// floats on), for the kernel that reads y to add. Otherwise y as before, *parts = NULL.
+static int mla_gemm(k25k_blas *blas, int w_nk, int T, int H, int N, int K, const float *x,
+                    int x_ld, uint16_t *stage, bool x_staged, const uint16_t *w, int64_t w_stride,
+                    float *y, uint16_t *y_hi, uint16_t *y_lo, const float **parts,
+                    cudaStream_t s) {
+    const size_t n = (size_t)T * H * K, ny = (size_t)T * H * N;
+    uint16_t *hi = stage, *lo = mla_lo_half(stage, n);
+    if (!x_staged) mla_split(x, T * H, K, x_ld, hi, lo, s);
     const int64_t ldx = (int64_t)H * K, ldy = (int64_t)H * N;
+    if (parts) *parts = nullptr;
     // lo directly after hi (n a whole number of the halves' 128-element alignment): [hi; lo]
     // is one 2T-row operand per head, one GEMM into the products workspace and one sum, as
     // matmul.cu's lt_products does
@@ -817,14 +863,19 @@ static void mla_gemm(k25k_blas *blas, int w_nk, int T, int H, int N, int K, cons
     if (y2) {
         k25k_gemm_bf16_strided(blas, w_nk, 2 * T, N, K, H, hi, ldx, K, w, w_nk ? K : N, w_stride,
                                y2, ldy, N, 0.0f, s);
-        k25k_sum2(y, y2, y2 + (size_t)T * H * N, (size_t)T * H * N, s);
-        return;
+        if (parts) {
+            *parts = y2;
+            return 0;
+        }
+        k25k_sum2_split(y, y2, y2 + ny, ny, y_hi, y_lo, s);
+        return y_hi != nullptr;
     }
     k25k_gemm_bf16_strided(blas, w_nk, T, N, K, H, hi, ldx, K, w, w_nk ? K : N, w_stride, y, ldy,
                            N, 0.0f, s);
     if (lo)
         k25k_gemm_bf16_strided(blas, w_nk, T, N, K, H, lo, ldx, K, w, w_nk ? K : N, w_stride, y,
                                ldy, N, 1.0f, s);
+    return 0;
 }
 
 // ------------------------------------------------------------------------------------------
@@ -840,36 +891,59 @@ int k25k_mla_chunks(int T, int H, int num_sms) {
     return n < 1 ? 1 : (n > 256 ? 256 : n);
 }
 
+// q_abs's region is rounded up to whole staged halves: the merge writes the W_UV operand
+// [hi; lo] there (mla_half_elems(T H L) floats), clear of the partials it reads.
 size_t k25k_mla_workspace_floats(int T, int H, int L, int n_chunks) {
     size_t th = (size_t)T * H;
-    return th * L /* q_abs */ + th * n_chunks * 2 + th * n_chunks * L + th * L /* o_lat */;
+    return mla_half_elems(th * L) /* q_abs */ + th * n_chunks * 2 + th * n_chunks * L +
+           th * L /* o_lat */;
 }
 
 template <typename CT>
-static void mla_run(const k25k_mla_args *a, CT *cache, const uint16_t *kvb, float *q, float *kv,
-                    float *out, float *ws, int n_chunks, k25k_blas *blas, cudaStream_t s) {
+static int mla_run(const k25k_mla_args *a, CT *cache, const uint16_t *kvb, float *q, float *kv,
+                   float *out, uint16_t *out_hi, uint16_t *out_lo, float *ws, int n_chunks,
+                   k25k_blas *blas, cudaStream_t s) {
     const int T = a->T, H = a->H, L = a->L, W = a->L + a->dr;
-    const int dn = a->dn, dv = a->dv;
+    const int dn = a->dn, dv = a->dv, dq = dn + a->dr;
     size_t th = (size_t)T * H;
     float *q_abs = ws;
-    float *part_ml = q_abs + th * L;
+    float *part_ml = q_abs + mla_half_elems(th * L);
     float *part_o = part_ml + th * n_chunks * 2;
     float *o_lat = part_o + th * n_chunks * L;
     // The GEMM path stages its bf16 activations in workspace that is dead at that point: q_nope
-    // after q_abs (over the not yet written partials and o_lat), o_lat's copy over q_abs and the
-    // partials (read by then). Both fit whenever dn <= L; checked rather than assumed.
-    const size_t abs_stage = (th * L + 63) / 64 * 64; // floats: 256-byte aligned, after q_abs
+    // after q_abs (over the not yet written partials and o_lat), o_lat's copy over q_abs (read
+    // by then). The first is checked rather than assumed (it fits whenever dn <= L).
+    const size_t abs_stage = mla_half_elems(th * L); // floats: 512-byte aligned, after q_abs
     const size_t ws_floats = k25k_mla_workspace_floats(T, H, L, n_chunks);
     const bool gemm = blas && T > k25k_blas_gemv_max_t(blas) &&
-                      abs_stage + mla_half_elems(th * dn) <= ws_floats &&
-                      mla_half_elems(th * L) <= (size_t)(o_lat - ws);
+                      abs_stage + mla_half_elems(th * dn) <= ws_floats;
     const int64_t w_head = (int64_t)(dn + dv) * L; // kv_b elements per head
 
+    static int smem_optin_cache = -1;
+    const int smem_optin =
+        k25_device_attr(&smem_optin_cache, cudaDevAttrMaxSharedMemoryPerBlockOptin);
+    // K25_MLA_CUDA_CORES=1 keeps the bf16 cache on the CUDA-core kernel (A/B checks)
+    static const int cores_only =
+        getenv("K25_MLA_CUDA_CORES") && atoi(getenv("K25_MLA_CUDA_CORES"));
+    const size_t smem_mma = mla_mma_smem(W);
+    const bool mma = sizeof(CT) == 2 && !cores_only && L <= 16 * MMA_NT16 * MMA_WARPS &&
+                     W % 8 == 0 && L % 4 == 0 && dn % 4 == 0 &&
+                     mla_mma_kp(W) <= 4 * 32 * MMA_WARPS * MMA_QV &&
+                     smem_mma <= (size_t)smem_optin;
+
+    // Above the GEMV's rows every conversion and sum between the kernels rides in a kernel that
+    // runs anyway: the prep kernel splits q_nope for the absorption GEMM, the attention adds
+    // the GEMM's two products, the merge writes W_UV's operand, and W_UV's sum writes o_proj's
+    // (out_hi), each the same bits as the separate kernel.
+    const float *qa_parts = nullptr;
     if (gemm) {
-        k25_launch("mla_prep", mla_prep_kernel<CT>, T, 256, 0, s, *a, cache, q, kv);
+        uint16_t *qs = (uint16_t *)(ws + abs_stage);
+        const bool prep_split = dn % 4 == 0 && dq % 4 == 0 && k25_vec4(0, {q});
+        k25_launch("mla_prep", mla_prep_kernel<CT>, T, 256, 0, s, *a, cache, q, kv,
+                   prep_split ? qs : nullptr, prep_split ? mla_lo_half(qs, th * dn) : nullptr);
         // q_abs[t][h][:] = q_nope[t][h][:] kv_b[h (dn+dv) + d][:], d < dn: W_UK stored [dn][L]
-        mla_gemm(blas, 0, T, H, L, dn, q, dn + a->dr, (uint16_t *)(ws + abs_stage), kvb, w_head,
-                 q_abs, s);
+        mla_gemm(blas, 0, T, H, L, dn, q, dq, qs, prep_split, kvb, w_head, q_abs, nullptr,
+                 nullptr, mma ? &qa_parts : nullptr, s);
     } else { // + one column of blocks for the latent norm, rope and cache write
         dim3 g2((unsigned)k25_cdiv(L, ABS_C) + 1, (unsigned)H, (unsigned)k25_cdiv(T, 8));
         k25_launch("mla_absorb", mla_absorb_kernel<CT>, g2, ABS_C * ABS_G, 0, s, *a, q, kvb, q_abs,
@@ -877,24 +951,18 @@ static void mla_run(const k25k_mla_args *a, CT *cache, const uint16_t *kvb, floa
     }
 
     int tile = MLA_JT;
-    static int smem_optin_cache = -1;
-    const int smem_optin =
-        k25_device_attr(&smem_optin_cache, cudaDevAttrMaxSharedMemoryPerBlockOptin);
-    // K25_MLA_CUDA_CORES=1 keeps the bf16 cache on the CUDA-core kernel (A/B checks)
-    static const int cores_only = getenv("K25_MLA_CUDA_CORES") && atoi(getenv("K25_MLA_CUDA_CORES"));
-    const size_t smem_mma = mla_mma_smem(W);
-    if (sizeof(CT) == 2 && !cores_only && L <= 16 * MMA_NT16 * MMA_WARPS && W % 8 == 0 &&
-        L % 4 == 0 && dn % 4 == 0 && mla_mma_kp(W) <= 4 * 32 * MMA_WARPS * MMA_QV &&
-        smem_mma <= (size_t)smem_optin) {
-        static size_t mma_set = 0;
-        if (smem_mma > 48 * 1024 && smem_mma > mma_set) {
-            CUDA_CHECK(cudaFuncSetAttribute(mla_attn_mma_kernel,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_mma));
-            mma_set = smem_mma;
+    if (mma) {
+        static size_t mma_set[2] = {0, 0}; // per instantiation
+        auto *kernel = qa_parts ? mla_attn_mma_kernel<true> : mla_attn_mma_kernel<false>;
+        if (smem_mma > 48 * 1024 && smem_mma > mma_set[qa_parts != nullptr]) {
+            CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)smem_mma));
+            mma_set[qa_parts != nullptr] = smem_mma;
         }
         dim3 g3((unsigned)n_chunks, (unsigned)k25_cdiv(H, MMA_HM), (unsigned)T);
-        k25_launch("mla_attn_mma", mla_attn_mma_kernel, g3, MMA_WARPS * 32, smem_mma, s, *a,
-                   reinterpret_cast<const uint16_t *>(cache), q, q_abs, n_chunks, part_ml, part_o);
+        k25_launch("mla_attn_mma", kernel, g3, MMA_WARPS * 32, smem_mma, s, *a,
+                   reinterpret_cast<const uint16_t *>(cache), q, qa_parts ? qa_parts : q_abs,
+                   qa_parts ? qa_parts + th * L : nullptr, n_chunks, part_ml, part_o);
         tile = MMA_JT;
     } else {
         size_t smem = sizeof(float) * (MLA_HG * (size_t)W + MLA_JT * (size_t)(W + 4) +
@@ -910,34 +978,36 @@ static void mla_run(const k25k_mla_args *a, CT *cache, const uint16_t *kvb, floa
                    part_ml, part_o);
     }
 
+    uint16_t *os = gemm ? (uint16_t *)ws : nullptr; // W_UV's operand, over q_abs
     const dim3 g4((unsigned)th, (unsigned)k25_cdiv(L, 128));
-    k25_launch("mla_merge", mla_merge_kernel, g4, 128, 0, s, *a, n_chunks, tile, part_ml, part_o,
-               o_lat);
+    k25_launch("mla_merge", os ? mla_merge_kernel<true> : mla_merge_kernel<false>, g4, 128, 0, s,
+               *a, n_chunks, tile, part_ml, part_o, o_lat, os,
+               os ? mla_lo_half(os, th * L) : nullptr);
 
-    if (gemm) {
-        // out[t][h][:] = o_lat[t][h][:] W_UV^T, W_UV = kv_b rows h (dn+dv) + dn .. + dv, [dv][L]
-        mla_gemm(blas, 1, T, H, dv, L, o_lat, L, (uint16_t *)ws, kvb + (size_t)dn * L, w_head, out,
-                 s);
-    } else {
-        k25_launch("mla_out", mla_out_kernel, (unsigned)k25_cdiv((int64_t)H * a->dv, 8), 256, 0,
-                   s, *a, o_lat, kvb, out);
-    }
+    // out[t][h][:] = o_lat[t][h][:] W_UV^T, W_UV = kv_b rows h (dn+dv) + dn .. + dv, [dv][L]
+    if (gemm)
+        return mla_gemm(blas, 1, T, H, dv, L, o_lat, L, os, true, kvb + (size_t)dn * L, w_head,
+                        out, out_hi, out_lo, nullptr, s);
+    k25_launch("mla_out", mla_out_kernel, (unsigned)k25_cdiv((int64_t)H * a->dv, 8), 256, 0, s,
+               *a, o_lat, kvb, out);
+    return 0;
 }
 
-void k25k_mla_attention_blas(const k25k_mla_args *a, void *cache, int cache_f32,
-                             const uint16_t *kvb, float *q, float *kv, float *out, float *ws,
-                             int n_chunks, k25k_blas *blas, cudaStream_t s) {
-    if (a->T <= 0) return;
+int k25k_mla_attention_blas(const k25k_mla_args *a, void *cache, int cache_f32,
+                            const uint16_t *kvb, float *q, float *kv, float *out,
+                            uint16_t *out_hi, uint16_t *out_lo, float *ws, int n_chunks,
+                            k25k_blas *blas, cudaStream_t s) {
+    if (a->T <= 0) return 0;
     if (a->L > 256 * MLA_OMAX || (a->L + a->dr) % 4)
         K25_DIE("mla: kv_lora_rank %d + rope %d not supported (latent at most %d, width a "
                 "multiple of 4)", a->L, a->dr, 256 * MLA_OMAX);
     if (cache_f32)
-        mla_run(a, (float *)cache, kvb, q, kv, out, ws, n_chunks, blas, s);
-    else
-        mla_run(a, (uint16_t *)cache, kvb, q, kv, out, ws, n_chunks, blas, s);
+        return mla_run(a, (float *)cache, kvb, q, kv, out, out_hi, out_lo, ws, n_chunks, blas, s);
+    return mla_run(a, (uint16_t *)cache, kvb, q, kv, out, out_hi, out_lo, ws, n_chunks, blas, s);
 }
 
 void k25k_mla_attention(const k25k_mla_args *a, void *cache, int cache_f32, const uint16_t *kvb,
                         float *q, float *kv, float *out, float *ws, int n_chunks, cudaStream_t s) {
-    k25k_mla_attention_blas(a, cache, cache_f32, kvb, q, kv, out, ws, n_chunks, nullptr, s);
+    k25k_mla_attention_blas(a, cache, cache_f32, kvb, q, kv, out, nullptr, nullptr, ws, n_chunks,
+                            nullptr, s);
 }

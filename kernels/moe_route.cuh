@@ -7,9 +7,11 @@
 #include "cuda_kernels.cuh"
 
 #define W4_NW 4          // warps per block, one 32-row tile each
-// r.item_p0 of an item: its first slot << W4_ITEM_BITS | its slot count (1..K25K_MOE_PASS)
-#define W4_ITEM_BITS 6
-static_assert(K25K_MOE_PASS < (1 << W4_ITEM_BITS), "an item's slot count fits its bits");
+// r.item_p0 of an item: its first slot << W4_ITEM_BITS | W4_ITEM_PART when its expert has more
+// slots than fit one item | its slot count (1..K25K_MOE_PASS)
+#define W4_ITEM_BITS 7
+#define W4_ITEM_PART (1 << (W4_ITEM_BITS - 1))
+static_assert(K25K_MOE_PASS < W4_ITEM_PART, "an item's slot count fits its bits");
 
 // Split-K plan of an N x K GEMM over `items` work items, at least 2 k-blocks per split, no empty
 // split: at most `target` (item, row-block, split) units, the resident blocks, one unit each
@@ -59,7 +61,9 @@ moe_sort_opts k25k_moe_sort_opts(int T, int num_sms);
 // One block. counts/offsets per expert, the active experts in ascending id, and for every
 // choice a = t*top_k + k its slot (position in the expert-sorted list) and the slot's token.
 // The order of slots inside an expert depends on atomics, which is harmless: every slot's
-// result depends only on its own token and expert.
+// result depends only on its own token, its expert and the expert's slot count, not on which of
+// the expert's items holds it (the GEMM packs hi and lo into one n-tile only for an expert whose
+// slots all fit one item of at most 4: a short last item of a longer expert keeps the lo tile).
 // An item is up to o.pass slots of one expert. Last, thread 0 writes the split plans of both
 // GEMMs for the step's item count (at least ceil(A / K25K_MOE_PASS), the fewest items and so the
 // largest plans the workspaces are sized for, even when invalid expert ids drop choices). idx is
@@ -131,7 +135,8 @@ static __device__ __forceinline__ void moe_route_block(const int32_t *idx, int A
                 const int n = min(pass, v - p * pass);
                 const int at = by_length ? atomicAdd(&next_of_len[n], 1) : it;
                 r.item_expert[at] = e;
-                r.item_p0[at] = ((off + p * pass) << W4_ITEM_BITS) | n;
+                const int part = np > 1 ? W4_ITEM_PART : 0;
+                r.item_p0[at] = ((off + p * pass) << W4_ITEM_BITS) | part | n;
             }
         }
         __syncthreads();

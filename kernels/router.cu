@@ -119,10 +119,11 @@ __device__ __forceinline__ uint32_t kept_by_groups(const float (&sel)[NPL], int 
 
 // Row t's choices into idx / wts, by one warp: lane holds experts j*32 + lane, j < NPL
 // (coalesced loads), b the bias of those experts.
-template <int NPL>
-__device__ __forceinline__ void topk_row(const float *logits, const float (&b)[NPL], int t, int E,
-                                         int G, int topk_group, int top_k, int norm_topk,
-                                         float scale, int32_t *idx, float *wts) {
+template <int NPL, bool LO>
+__device__ __forceinline__ void topk_row(const float *logits, const float *logits_lo,
+                                         const float (&b)[NPL], int t, int E, int G,
+                                         int topk_group, int top_k, int norm_topk, float scale,
+                                         int32_t *idx, float *wts) {
     const int lane = threadIdx.x & 31;
     const float *lg = logits + (size_t)t * E; // [E]
     // every load issued before the first use: the division's slow path is a branch, and loads
@@ -130,6 +131,14 @@ __device__ __forceinline__ void topk_row(const float *logits, const float (&b)[N
     float score[NPL], sel[NPL];
 #pragma unroll
     for (int j = 0; j < NPL; j++) score[j] = j * 32 + lane < E ? __ldcg(lg + j * 32 + lane) : 0.0f;
+    if constexpr (LO) {
+        const float *ll = logits_lo + (size_t)t * E;
+        float lo[NPL];
+#pragma unroll
+        for (int j = 0; j < NPL; j++) lo[j] = j * 32 + lane < E ? __ldcg(ll + j * 32 + lane) : 0.0f;
+#pragma unroll
+        for (int j = 0; j < NPL; j++) score[j] += lo[j];
+    }
 #pragma unroll
     for (int j = 0; j < NPL; j++) {
         score[j] = 1.0f / (1.0f + expf(-score[j]));
@@ -177,11 +186,13 @@ __device__ __forceinline__ void topk_row(const float *logits, const float (&b)[N
 // warp w: row blockIdx.x * kRowsPerBlock + w. The bias is a weight: it is loaded before the
 // wait, while the router GEMV still runs; the logits (that GEMV's output) are read after it,
 // with coherent loads like the bias (see the PDL rules in cuda_common.cuh). trigger_late: the
-// next kernel is triggered at the end, not at the start (kLateTriggerRows).
-template <int NPL, bool SORT>
+// next kernel is triggered at the end, not at the start (kLateTriggerRows). LO: the logits are
+// logits + logits_lo (above the GEMV's rows, never with SORT; a template argument so that the
+// decode kernels keep their code).
+template <int NPL, bool SORT, bool LO>
 __global__ void __launch_bounds__(SORT ? 512 : 32 * kRowsPerBlock)
-    router_topk_warp_kernel(const float *logits, const float *bias, int T, int E, int G,
-                            int topk_group, int top_k, int norm_topk, float scale,
+    router_topk_warp_kernel(const float *logits, const float *logits_lo, const float *bias, int T,
+                            int E, int G, int topk_group, int top_k, int norm_topk, float scale,
                             int32_t *__restrict__ idx, float *__restrict__ wts,
                             k25k_moe_route r, int I, int D, moe_sort_opts o, k25k_uniform uni,
                             int trigger_late) {
@@ -200,7 +211,8 @@ __global__ void __launch_bounds__(SORT ? 512 : 32 * kRowsPerBlock)
     if (draw) k25_uniform_experts(uni.layer, uni.seq[t], uni.pos[t], top_k, E, drawn);
     k25_pdl_wait();
     if (t < T) {
-        topk_row<NPL>(logits, b, t, E, G, topk_group, top_k, norm_topk, scale, idx, wts);
+        topk_row<NPL, LO>(logits, logits_lo, b, t, E, G, topk_group, top_k, norm_topk, scale, idx,
+                      wts);
         if (uni.pos) { // the row's ids replaced (one lane, after the others wrote)
             __syncwarp();
             for (int k = 0; draw && k < top_k; k++) idx[(size_t)t * top_k + k] = drawn[k];
@@ -252,6 +264,7 @@ __device__ vi block_best(vi x, vi *red) {
 // One block (256 threads) per token row. Dynamic shared memory: score[E], sel[E] floats,
 // ok[E] bytes.
 __global__ void __launch_bounds__(256) router_topk_kernel(const float *__restrict__ logits,
+                                                          const float *__restrict__ logits_lo,
                                                           const float *__restrict__ bias, int E,
                                                           int G, int topk_group, int top_k,
                                                           int norm_topk, float scale,
@@ -269,7 +282,8 @@ __global__ void __launch_bounds__(256) router_topk_kernel(const float *__restric
     const int t = blockIdx.x;
     const float *lg = logits + (size_t)t * E;
     for (int e = threadIdx.x; e < E; e += blockDim.x) {
-        float s = 1.0f / (1.0f + expf(-lg[e]));
+        const float x = logits_lo ? lg[e] + logits_lo[(size_t)t * E + e] : lg[e];
+        float s = 1.0f / (1.0f + expf(-x));
         score[e] = s;
         sel[e] = s + bias[e];
         ok[e] = G > 1 ? 0 : 1;
@@ -351,24 +365,25 @@ __global__ void __launch_bounds__(256) router_topk_kernel(const float *__restric
 // sort: the routing sort in the same launch, every row in one block (T <= kRowsPerBlock), with
 // enough warps for the sort's pass over the experts (one warp per 32 of them, up to 16).
 template <int NPL>
-static void launch_warp(const float *logits, const float *bias, int T, int E, int G,
-                        int topk_group, int top_k, int norm_topk, float scale, int32_t *idx,
-                        float *wts, const k25k_route_sort *sort, k25k_uniform uni,
+static void launch_warp(const float *logits, const float *logits_lo, const float *bias, int T,
+                        int E, int G, int topk_group, int top_k, int norm_topk, float scale,
+                        int32_t *idx, float *wts, const k25k_route_sort *sort, k25k_uniform uni,
                         cudaStream_t s) {
     const int rows = T < kRowsPerBlock ? T : kRowsPerBlock;
     if (sort) {
         const int threads = (int)std::min<int64_t>(512, std::max<int64_t>(32 * kRowsPerBlock,
                                                                            k25_cdiv(E, 32) * 32));
-        auto *kernel = router_topk_warp_kernel<NPL, true>;
+        auto *kernel = router_topk_warp_kernel<NPL, true, false>;
         k25_launch("router_topk_sort", kernel, 1, threads,
-                   k25k_moe_route_smem(T * top_k, E), s, logits, bias, T, E, G, topk_group,
-                   top_k, norm_topk, scale, idx, wts, *sort->r, sort->I, sort->D,
+                   k25k_moe_route_smem(T * top_k, E), s, logits, logits_lo, bias, T, E, G,
+                   topk_group, top_k, norm_topk, scale, idx, wts, *sort->r, sort->I, sort->D,
                    k25k_moe_sort_opts(T, sort->num_sms), uni, T <= kLateTriggerRows);
         return;
     }
-    auto *kernel = router_topk_warp_kernel<NPL, false>;
+    auto *kernel = logits_lo ? router_topk_warp_kernel<NPL, false, true>
+                             : router_topk_warp_kernel<NPL, false, false>;
     k25_launch("router_topk_warp", kernel, (unsigned)k25_cdiv(T, kRowsPerBlock), 32 * rows, 0, s,
-               logits, bias, T, E, G, topk_group, top_k, norm_topk, scale, idx, wts,
+               logits, logits_lo, bias, T, E, G, topk_group, top_k, norm_topk, scale, idx, wts,
                k25k_moe_route{}, 0, 0, moe_sort_opts{}, uni, 0);
 }
 
@@ -378,10 +393,10 @@ static int router_block_forced(void) {
     return forced;
 }
 
-int k25k_router_topk(const float *logits, const float *bias, int T, int E, int n_group,
-                     int topk_group, int top_k, int norm_topk, float scale, int32_t *idx,
-                     float *wts, const k25k_route_sort *sort, const k25k_uniform *uni,
-                     cudaStream_t s) {
+int k25k_router_topk(const float *logits, const float *logits_lo, const float *bias, int T,
+                     int E, int n_group, int topk_group, int top_k, int norm_topk, float scale,
+                     int32_t *idx, float *wts, const k25k_route_sort *sort,
+                     const k25k_uniform *uni, cudaStream_t s) {
     if (T <= 0) return 0;
     if (n_group > 256 || top_k > kMaxTopK || (n_group > 0 && E % n_group))
         K25_DIE("router: n_group %d / top_k %d / experts %d not supported", n_group, top_k, E);
@@ -396,13 +411,15 @@ int k25k_router_topk(const float *logits, const float *bias, int T, int E, int n
                        : per_lane <= 12 ? launch_warp<12>
                        : per_lane <= 16 ? launch_warp<16>
                                         : launch_warp<32>;
-        if (T > kRowsPerBlock) sort = NULL;
-        launch(logits, bias, T, E, G, topk_group, top_k, norm_topk, scale, idx, wts, sort, u, s);
+        if (T > kRowsPerBlock || logits_lo) sort = NULL; // the sorting kernel reads one sum
+        launch(logits, logits_lo, bias, T, E, G, topk_group, top_k, norm_topk, scale, idx, wts,
+               sort, u, s);
         return sort != NULL;
     }
     size_t smem = sizeof(float) * 2 * (size_t)E + (size_t)E;
     if (smem > 48 * 1024) K25_DIE("router: %d experts exceed the shared-memory top-k", E);
-    k25_launch("router_topk", router_topk_kernel, T, 256, smem, s, logits, bias, E, n_group,
+    k25_launch("router_topk", router_topk_kernel, T, 256, smem, s, logits, logits_lo, bias, E,
+               n_group,
                topk_group, top_k, norm_topk, scale, idx, wts, u);
     return 0;
 }

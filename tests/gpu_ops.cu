@@ -690,6 +690,27 @@ static void check_moe(pair *p, int T) {
                    pass ? "one expert in every row, the rest uniform" : "rows from a pool of K..K+2 experts",
                    e);
         }
+        // one token in every row, on the same experts with the same weights: every row's bits
+        // must be row 0's. Above 16 rows an expert's slots fill items of 16 and a short last
+        // one, and which rows land in which follows the routing sort's atomics.
+        for (int t = 1; t < T; t++) {
+            memcpy(hx + (size_t)t * D, hx, sizeof(float) * D);
+            memcpy(hwc + (size_t)t * K, hwc, sizeof(float) * K);
+        }
+        for (int t = 0; t < T; t++)
+            for (int k = 0; k < K; k++) hic[t * K + k] = (1 + k * step) % E;
+        p->gpu->to_device(p->gpu, x.g, hx, sizeof(float) * (size_t)T * D);
+        p->gpu->to_device(p->gpu, wts.g, hwc, sizeof(float) * T * K);
+        p->gpu->to_device(p->gpu, ig, hic, sizeof(int32_t) * T * K);
+        p->gpu->moe(p->gpu, x.g, Lg, ig, wts.g, y.g);
+        float *hy = (float *)k25_malloc(sizeof(float) * (size_t)T * D);
+        p->gpu->to_host(p->gpu, hy, y.g, sizeof(float) * (size_t)T * D);
+        int differ = 0;
+        for (int t = 1; t < T; t++)
+            differ += memcmp(hy + (size_t)t * D, hy, sizeof(float) * D) != 0;
+        report(differ == 0, "moe one token  T=%-4d in every row: %d of %d rows differ from row 0",
+               T, differ, T - 1);
+        free(hy);
     }
     p->cpu->free(p->cpu, ic);
     p->gpu->free(p->gpu, ig);
@@ -699,7 +720,10 @@ static void check_moe(pair *p, int T) {
 
 // Prefill of ctx + s * skew positions for sequence s in chunks (rows of the sequences not yet
 // at their length, interleaved), then one step of T_decode rows (T_decode / n_seq per sequence:
-// batch decode, or a verification step causal within itself); compares every call.
+// batch decode, or a verification step causal within itself); compares every call. Each call's
+// output then goes through o_proj on both backends from the GPU's attention output: above the
+// GEMV's rows the GPU's product reads the operand the attention staged, which must be that
+// output's (a stale or misplaced one gives errors of order 1).
 static void check_mla(pair *p, int T_decode, int n_seq, int ctx, int kv_block, int skew) {
     if (!want("mla")) return;
     const k25_config *cfg = p->cfg;
@@ -711,8 +735,9 @@ static void check_mla(pair *p, int T_decode, int n_seq, int ctx, int kv_block, i
     p->cpu->kv_init(p->cpu, 1, n_blocks, kv_block);
     p->gpu->kv_init(p->gpu, 1, n_blocks, kv_block);
     int start[64] = {0}, tgt[64];
-    double worst = 0;
+    double worst = 0, worst_o = 0;
     int steps = 0;
+    const int D = cfg->hidden;
     // prefill chunks of up to 128 rows (rows of all sequences interleaved), then decode steps
     int remaining = 0;
     for (int s = 0; s < n_seq; s++) remaining += tgt[s] = ctx + s * skew;
@@ -738,7 +763,7 @@ static void check_mla(pair *p, int T_decode, int n_seq, int ctx, int kv_block, i
         fill_randn(hq, (size_t)T * H * dq, 1.0f);
         fill_randn(hkv, (size_t)T * W, 1.0f);
         dbuf q = dbuf_new(p, (size_t)T * H * dq), kv = dbuf_new(p, (size_t)T * W),
-             o = dbuf_new(p, (size_t)T * H * dv);
+             o = dbuf_new(p, (size_t)T * H * dv), y = dbuf_new(p, (size_t)T * D);
         dbuf_set(p, &q, hq);
         dbuf_set(p, &kv, hkv);
         dbuf_poison(p, &o);
@@ -751,7 +776,16 @@ static void check_mla(pair *p, int T_decode, int n_seq, int ctx, int kv_block, i
         if (last || e > 2e-2)
             report(e <= 2e-2, "mla            T=%-4d H=%d seqs=%d pos up to %d..%d kv_block=%d rel=%.2e",
                    T, H, n_seq, start[0] - 1, start[n_seq - 1] - 1, kv_block, e);
-        dbuf_free(p, &q), dbuf_free(p, &kv), dbuf_free(p, &o);
+        p->gpu->to_host(p->gpu, o.c, o.g, sizeof(float) * (size_t)T * H * dv);
+        p->cpu->matmul(p->cpu, o.c, &Lc->o_proj, T, y.c);
+        p->gpu->matmul(p->gpu, o.g, &Lg->o_proj, T, y.g);
+        const double eo = dbuf_err(p, &y, (size_t)T * D);
+        if (!(eo <= worst_o)) worst_o = isnan(eo) ? INFINITY : eo;
+        const double tol_o = k25k_split_activations() ? 1e-4 : 1e-2;
+        if (last || eo > tol_o)
+            report(eo <= tol_o, "mla -> o_proj  T=%-4d (worst of %d calls) rel=%.2e (%s)", T,
+                   steps + 1, worst_o, T > gemv_max_rows() ? "staged" : "gemv");
+        dbuf_free(p, &q), dbuf_free(p, &kv), dbuf_free(p, &o), dbuf_free(p, &y);
         free(hq), free(hkv);
         batch_free(&bb);
         remaining -= T;
