@@ -7,11 +7,12 @@
 #include "cuda_kernels.cuh"
 
 #define W4_NW 4          // warps per block, one 32-row tile each
-// r.item_p0 of an item: its first slot << W4_ITEM_BITS | W4_ITEM_PART when its expert has more
-// slots than fit one item | its slot count (1..K25K_MOE_PASS)
-#define W4_ITEM_BITS 7
-#define W4_ITEM_PART (1 << (W4_ITEM_BITS - 1))
-static_assert(K25K_MOE_PASS < W4_ITEM_PART, "an item's slot count fits its bits");
+// r.item_p0 of an item: its first slot << W4_ITEM_BITS | its slot count (1..K25K_MOE_PASS)
+#define W4_ITEM_BITS 6
+static_assert(K25K_MOE_PASS < (1 << W4_ITEM_BITS), "an item's slot count fits its bits");
+// An expert cut into items of at least pass / 2 slots each: none as short as the GEMM's packed
+// n-tile (4 slots, moe_w4a16.cu), whichever pass the step uses.
+static_assert(K25K_MOE_PASS_MIN / 2 > 4, "a cut expert's items are longer than the packed tile's");
 
 // Split-K plan of an N x K GEMM over `items` work items, at least 2 k-blocks per split, no empty
 // split: at most `target` (item, row-block, split) units, the resident blocks, one unit each
@@ -62,13 +63,15 @@ moe_sort_opts k25k_moe_sort_opts(int T, int num_sms);
 // choice a = t*top_k + k its slot (position in the expert-sorted list) and the slot's token.
 // The order of slots inside an expert depends on atomics, which is harmless: every slot's
 // result depends only on its own token, its expert and the expert's slot count, not on which of
-// the expert's items holds it (the GEMM packs hi and lo into one n-tile only for an expert whose
-// slots all fit one item of at most 4: a short last item of a longer expert keeps the lo tile).
-// An item is up to o.pass slots of one expert. Last, thread 0 writes the split plans of both
-// GEMMs for the step's item count (at least ceil(A / K25K_MOE_PASS), the fewest items and so the
-// largest plans the workspaces are sized for, even when invalid expert ids drop choices). idx is
-// read with coherent loads: in the router's kernel the same block has just written it. sm: 2 * E
-// ints of shared memory (k25k_moe_route_smem).
+// the expert's items holds it. An item is up to o.pass slots of one expert; an expert with more
+// is cut into items of equal size (one more slot in the first ones), so that none is short
+// enough for the GEMM to pack hi and lo into one n-tile (at most 4 slots), whose sums round
+// differently from the lo tile's: which tokens a short last item held followed the atomics.
+// Last, thread 0 writes the split plans of both GEMMs for the step's item count (at least
+// ceil(A / K25K_MOE_PASS), the fewest items and so the largest plans the workspaces are sized
+// for, even when invalid expert ids drop choices). idx is read with coherent loads: in the
+// router's kernel the same block has just written it. sm: 2 * E ints of shared memory
+// (k25k_moe_route_smem).
 static __device__ __forceinline__ void moe_route_block(const int32_t *idx, int A, int top_k,
                                                        int E, int I, int D, moe_sort_opts o,
                                                        const k25k_moe_route &r, int *sm) {
@@ -101,9 +104,11 @@ static __device__ __forceinline__ void moe_route_block(const int32_t *idx, int A
         for (int n = threadIdx.x; n <= pass; n += blockDim.x) next_of_len[n] = 0;
         __syncthreads();
         for (int e = threadIdx.x; e < E; e += blockDim.x) {
-            const int v = cnt[e];
-            if (v >= pass) atomicAdd(&next_of_len[pass], v / pass);
-            if (v % pass) atomicAdd(&next_of_len[v % pass], 1);
+            const int v = cnt[e], np = (v + pass - 1) / pass;
+            if (!v) continue;
+            const int base = np > 1 ? v / np : v, big = v - base * np; // items of base + 1: big
+            if (big) atomicAdd(&next_of_len[base + 1], big);
+            atomicAdd(&next_of_len[base], np - big);
         }
         __syncthreads();
         if (threadIdx.x == 0) {
@@ -131,12 +136,12 @@ static __device__ __forceinline__ void moe_route_block(const int32_t *idx, int A
             r.counts[e] = v;
             fill[e] = off;
             if (f) r.active[run_active + iff - 1] = e;
+            const int base = np > 1 ? v / np : v, big = v - base * np; // decode: np <= 1
             for (int p = 0, it = run_items + ip - np; p < np; p++, it++) {
-                const int n = min(pass, v - p * pass);
+                const int n = base + (p < big), p0 = off + p * base + min(p, big);
                 const int at = by_length ? atomicAdd(&next_of_len[n], 1) : it;
                 r.item_expert[at] = e;
-                const int part = np > 1 ? W4_ITEM_PART : 0;
-                r.item_p0[at] = ((off + p * pass) << W4_ITEM_BITS) | part | n;
+                r.item_p0[at] = (p0 << W4_ITEM_BITS) | n;
             }
         }
         __syncthreads();

@@ -407,7 +407,7 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
     // the item's slots come with it (not from counts/offsets of its expert, one more dependent
     // load before the first weight load)
     const int e = r.item_expert[item], enc = r.item_p0[item];
-    const int slot0 = enc >> W4_ITEM_BITS, mp = min(NTT * 8, enc & (W4_ITEM_PART - 1));
+    const int slot0 = enc >> W4_ITEM_BITS, mp = min(NTT * 8, enc & ((1 << W4_ITEM_BITS) - 1));
     const int nt = rb * W4_NW + warp;
     const int kb0 = ks * kb_per_split;
     const int kb1 = min(KB, kb0 + kb_per_split);
@@ -473,11 +473,9 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
     // Up to 4 slots (decode: most experts hold 1-2 tokens) the lo halves go into rows 4-7 of the
     // hi tile instead of a tile of their own: one MMA then yields both products, in different
     // output columns, which the epilogue adds. Half the MMAs of a split unit, where the 8-token
-    // n-tile was mostly empty anyway. The sums round differently from the lo tile's, so a part
-    // of a longer expert's slots (W4_ITEM_PART) keeps the lo tile: which slots the routing sort
-    // puts in its short last item follows atomics, and their bits must not. (NTT = 1: at most 8
-    // rows, so no expert has more slots than one item.)
-    const bool packed = SPLIT && mp <= 4 && (NTT == 1 || !(enc & W4_ITEM_PART));
+    // n-tile was mostly empty anyway. The sums round differently from the lo tile's: only an
+    // expert's only item can be this short (moe_route_block cuts longer experts evenly).
+    const bool packed = SPLIT && mp <= 4;
     auto store_x = [&](int m, int xp, float2 v) {
         const uint32_t hi = k25_pack_bf16x2(v.x, v.y);
         xs[m * XS + xp] = hi;
