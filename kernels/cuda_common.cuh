@@ -289,21 +289,22 @@ __device__ __forceinline__ float k25_block_sum(float v, float *scratch) {
 // Inclusive prefix sum over the block (blockDim.x a multiple of 32, at most 1024); tot[32]
 // shared scratch. Returns the inclusive value; *total gets the block total. Ends with a barrier,
 // so tot can be reused by the next call.
-__device__ __forceinline__ int k25_block_incl_scan(int v, int *tot, int *total) {
+template <typename V>
+__device__ __forceinline__ V k25_block_incl_scan(V v, V *tot, V *total) {
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
-        int n = __shfl_up_sync(0xffffffffu, v, o);
+        V n = __shfl_up_sync(0xffffffffu, v, o);
         if (lane >= o) v += n;
     }
     __syncthreads();
     if (lane == 31) tot[warp] = v;
     __syncthreads();
     if (warp == 0) {
-        int t = lane < nw ? tot[lane] : 0;
+        V t = lane < nw ? tot[lane] : 0;
 #pragma unroll
         for (int o = 1; o < 32; o <<= 1) {
-            int n = __shfl_up_sync(0xffffffffu, t, o);
+            V n = __shfl_up_sync(0xffffffffu, t, o);
             if (lane >= o) t += n;
         }
         tot[lane] = t;

@@ -13,6 +13,7 @@ static_assert(K25K_MOE_PASS < (1 << W4_ITEM_BITS), "an item's slot count fits it
 // An expert cut into items of at least pass / 2 slots each: none as short as the GEMM's packed
 // n-tile (4 slots, moe_w4a16.cu), whichever pass the step uses.
 static_assert(K25K_MOE_PASS_MIN / 2 > 4, "a cut expert's items are longer than the packed tile's");
+static_assert(31 - W4_ITEM_BITS <= 25, "a step's choices fit the routing scan's 25-bit fields");
 
 // Split-K plan of an N x K GEMM over `items` work items, at least 2 k-blocks per split, no empty
 // split: at most `target` (item, row-block, split) units, the resident blocks, one unit each
@@ -31,14 +32,17 @@ __host__ __device__ static inline void moe_plan(int N, int K, int items, int tar
                                                 int *n_splits, int *kb_per_split) {
     const int KB = K / 32 > 0 ? K / 32 : 1;
     const int rbs = (N / 32 + W4_NW - 1) / W4_NW > 0 ? (N / 32 + W4_NW - 1) / W4_NW : 1;
-    const long long base = (long long)rbs * (items > 0 ? items : 1);
-    const long long want = target > 0 ? target : 1;
-    int ns = base >= want ? 1 : (int)(want / base);
+    const int want = target > 0 ? target : 1, want_over = over > 1 ? over * want : want;
+    // rbs x items may pass 2^31; the divisions need it only below want_over, so in 32 bits (in
+    // the routing sort's one thread a 64-bit division is a long call)
+    const long long base64 = (long long)rbs * (items > 0 ? items : 1);
+    const int base = base64 < want_over ? (int)base64 : want_over;
+    int ns = base >= want ? 1 : want / base;
     if (over > 1) {
-        long long more = (over * want + base - 1) / base;
+        int more = base >= want_over ? 1 : (want_over + base - 1) / base;
         const int most = KB / K25K_MOE_OVER_KB;
         if (more > most) more = most;
-        if (more > ns) ns = (int)more;
+        if (more > ns) ns = more;
     }
     const int cap = KB / 2 > 0 ? KB / 2 : 1; // keep >= 2 k-blocks per split
     if (ns > cap) ns = cap;
@@ -77,7 +81,7 @@ static __device__ __forceinline__ void moe_route_block(const int32_t *idx, int A
                                                        const k25k_moe_route &r, int *sm) {
     const int pass = o.pass, target = o.target;
     int *cnt = sm, *fill = sm + E;
-    __shared__ int tot[32];
+    __shared__ unsigned long long tot[32];
     __shared__ int run_slots, run_active, run_items;
     for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
     if (threadIdx.x == 0) run_slots = run_active = run_items = 0;
@@ -126,10 +130,17 @@ static __device__ __forceinline__ void moe_route_block(const int32_t *idx, int A
     for (int base = 0; base < E; base += blockDim.x) {
         int e = base + threadIdx.x;
         int v = e < E ? cnt[e] : 0, f = v > 0, np = (v + pass - 1) / pass;
-        int total_v, total_f, total_p;
-        int iv = k25_block_incl_scan(v, tot, &total_v);
-        int iff = k25_block_incl_scan(f, tot, &total_f);
-        int ip = k25_block_incl_scan(np, tot, &total_p);
+        // one scan of the three counts, packed (three scans were 9 barriers): slots and items
+        // below 2^25 (A, bounded with the item encoding), active experts below 2^13 (E, bounded by
+        // the shared memory of k25k_moe_route_smem)
+        unsigned long long total;
+        const unsigned long long in = (unsigned long long)v | (unsigned long long)np << 25 |
+                                      (unsigned long long)f << 50;
+        const unsigned long long incl = k25_block_incl_scan(in, tot, &total);
+        const int m25 = (1 << 25) - 1;
+        const int iv = (int)(incl & m25), ip = (int)(incl >> 25 & m25), iff = (int)(incl >> 50);
+        const int total_v = (int)(total & m25), total_p = (int)(total >> 25 & m25),
+                  total_f = (int)(total >> 50);
         if (e < E) {
             int off = run_slots + iv - v;
             r.offsets[e] = off;
@@ -156,11 +167,16 @@ static __device__ __forceinline__ void moe_route_block(const int32_t *idx, int A
         r.offsets[E] = run_slots;
         *r.n_active = run_active;
         *r.n_items = run_items;
+    }
+    // the two plans side by side in two warps where the block has them (a chain of divisions)
+    const int down_plan_thread = blockDim.x > 32 ? 32 : 0;
+    if (threadIdx.x == 0 || threadIdx.x == down_plan_thread) {
         const int lo = (A + K25K_MOE_PASS - 1) / K25K_MOE_PASS;
         const int items = run_items > lo ? run_items : lo;
         const int over = by_length || o.over_all ? K25K_MOE_OVER : 1;
-        moe_plan(2 * I, D, items, target, over, &r.plan[0], &r.plan[1]);
-        moe_plan(D, I, items, target, over, &r.plan[2], &r.plan[3]);
+        if (threadIdx.x == 0) moe_plan(2 * I, D, items, target, over, &r.plan[0], &r.plan[1]);
+        if (threadIdx.x == down_plan_thread)
+            moe_plan(D, I, items, target, over, &r.plan[2], &r.plan[3]);
     }
     __syncthreads();
     for (int a = threadIdx.x; a < A; a += blockDim.x) {

@@ -14,7 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <algorithm>
+
 #include "cuda_kernels.cuh" // first: gives weights.h C linkage
+#include "moe_route.cuh"
 #include "backend.h"
 #include "checkpoint.h"
 #include "config.h"
@@ -230,6 +233,38 @@ static void check_synth_upload(pair *p) {
             free(a), free(b);
         }
     }
+}
+
+// The W4A16 split plan (moe_plan, 32-bit divisions) against its definition in 64-bit arithmetic:
+// the fewest splits that reach want = target units (over x target with over > 1, within the
+// K25K_MOE_OVER_KB floor), at most KB / 2, then the split count every split is non-empty for.
+static void check_moe_plan(void) {
+    static const int Ns[] = {32, 64, 512, 4096, 7168, 14336}, Ks[] = {32, 64, 256, 2048, 7168};
+    static const int targets[] = {1, 132, 528, 1056}, overs[] = {1, 3};
+    long long cases = 0, bad = 0;
+    for (int n : Ns)
+        for (int k : Ks)
+            for (int target : targets)
+                for (int over : overs)
+                    for (long long it = 0; it <= (1ll << 30); it = it < 4096 ? it + 1 : it * 3) {
+                        const int items = (int)it;
+                        const int KB = k / 32 > 0 ? k / 32 : 1;
+                        const long long rbs = std::max(1, (n / 32 + W4_NW - 1) / W4_NW);
+                        const long long base = rbs * std::max(items, 1), want = target;
+                        long long ns = base >= want ? 1 : want / base;
+                        if (over > 1)
+                            ns = std::max(ns, std::min<long long>((over * want + base - 1) / base,
+                                                                  KB / K25K_MOE_OVER_KB));
+                        ns = std::min<long long>(ns, std::max(KB / 2, 1));
+                        const long long per = (KB + ns - 1) / ns;
+                        ns = (KB + per - 1) / per;
+                        int got_ns, got_kb;
+                        moe_plan(n, k, items, target, over, &got_ns, &got_kb);
+                        cases++;
+                        bad += got_ns != ns || got_kb != (KB + ns - 1) / ns;
+                    }
+    report(bad == 0, "moe plan: %lld of %lld (N, K, items, target, over) differ from 64-bit", bad,
+           cases);
 }
 
 static void check_rows_ops(pair *p, int T) {
@@ -976,6 +1011,7 @@ int main(int argc, char **argv) {
     p.gpu->kv_init(p.gpu, 1, 64, 64);
 
     check_synth_upload(&p);
+    if (want("moe")) check_moe_plan();
     for (int i = 0; i < n_rows; i++) {
         int start[1] = {0};
         batch_buf bb;

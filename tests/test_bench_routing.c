@@ -34,6 +34,21 @@ int main(void) {
     check("the same (layer, sequence, position): the same experts", same_ok);
     check("another layer: other experts (at least 250 of 256 rows)", layer_differs >= 250);
 
+    // the draws' remainder from 32-bit parts: h % e for every kind of h and e, by the 64-bit one
+    static const uint32_t divisors[] = {1, 2, 3, 7, 384, 1000, 65535, 65536, 65537, 2147483647u,
+                                        4294967295u};
+    int mod_ok = 1;
+    for (size_t d = 0; d < sizeof divisors / sizeof divisors[0]; d++) {
+        const uint32_t e = divisors[d], r32 = (0xffffffffu % e + 1u) % e;
+        uint64_t h = 0x0123456789abcdefull;
+        for (int i = 0; i < 100000; i++) {
+            h = k25_synth_mix(h);
+            const uint64_t x = i < 4 ? (uint64_t[]){0, ~0ull, 0xffffffffull, 1ull << 32}[i] : h;
+            mod_ok &= k25_uniform_mod(x, e, r32) == x % e;
+        }
+    }
+    check("h % e from 32-bit remainders equals the 64-bit remainder", mod_ok);
+
     // top_k = E: a permutation (the redraw loop terminates and fills every expert)
     int32_t all[16];
     int seen[16] = {0}, perm_ok = 1;
