@@ -71,7 +71,7 @@ moe_sort_opts k25k_moe_sort_opts(int T, int num_sms);
 // is cut into items of equal size (one more slot in the first ones), so that none is short
 // enough for the GEMM to pack hi and lo into one n-tile (at most 4 slots), whose sums round
 // differently from the lo tile's: which tokens a short last item held followed the atomics.
-// Last, thread 0 writes the split plans of both GEMMs for the step's item count (at least
+// Last, two warps write the split plans of the two GEMMs for the step's item count (at least
 // ceil(A / K25K_MOE_PASS), the fewest items and so the largest plans the workspaces are sized
 // for, even when invalid expert ids drop choices). idx is read with coherent loads: in the
 // router's kernel the same block has just written it. sm: 2 * E ints of shared memory

@@ -10,9 +10,9 @@
 
 #include "synth.h"
 
-// h % e from 32-bit remainders (e <= 2^16, r32 = 2^32 % e): on the GPU a 64-bit remainder is a
-// long dependent chain, and the kernel's draws sit on the top-k's path where the GEMM before it
-// does not launch it early.
+// h % e, up to e = 2^16 from 32-bit remainders (r32 = 2^32 % e): on the GPU a 64-bit remainder
+// is a long dependent chain, and the kernel's draws sit on the top-k's path where the GEMM
+// before it does not launch it early.
 K25_HD uint32_t k25_uniform_mod(uint64_t h, uint32_t e, uint32_t r32) {
     if (e > 65536u) return (uint32_t)(h % e);
     return ((uint32_t)(h >> 32) % e * r32 + (uint32_t)h % e) % e; // < e^2: no overflow

@@ -34,7 +34,8 @@ int main(void) {
     check("the same (layer, sequence, position): the same experts", same_ok);
     check("another layer: other experts (at least 250 of 256 rows)", layer_differs >= 250);
 
-    // the draws' remainder from 32-bit parts: h % e for every kind of h and e, by the 64-bit one
+    // the draws' remainder from 32-bit parts against the 64-bit one: edge and random h, divisors
+    // on both sides of the 2^16 limit
     static const uint32_t divisors[] = {1, 2, 3, 7, 384, 1000, 65535, 65536, 65537, 2147483647u,
                                         4294967295u};
     int mod_ok = 1;
