@@ -419,7 +419,6 @@ int k25k_router_topk(const float *logits, const float *logits_lo, const float *b
     size_t smem = sizeof(float) * 2 * (size_t)E + (size_t)E;
     if (smem > 48 * 1024) K25_DIE("router: %d experts exceed the shared-memory top-k", E);
     k25_launch("router_topk", router_topk_kernel, T, 256, smem, s, logits, logits_lo, bias, E,
-               n_group,
-               topk_group, top_k, norm_topk, scale, idx, wts, u);
+               n_group, topk_group, top_k, norm_topk, scale, idx, wts, u);
     return 0;
 }

@@ -726,8 +726,8 @@ static void check_moe(pair *p, int T) {
                    e);
         }
         // one token in every row, on the same experts with the same weights: every row's bits
-        // must be row 0's. Above 16 rows an expert's slots fill items of 16 and a short last
-        // one, and which rows land in which follows the routing sort's atomics.
+        // must be row 0's. Above 16 rows an expert's slots are cut into several items, and which
+        // rows land in which follows the routing sort's atomics.
         for (int t = 1; t < T; t++) {
             memcpy(hx + (size_t)t * D, hx, sizeof(float) * D);
             memcpy(hwc + (size_t)t * K, hwc, sizeof(float) * K);
