@@ -73,9 +73,10 @@ moe_sort_opts k25k_moe_sort_opts(int T, int num_sms);
 // differently from the lo tile's: which tokens a short last item held followed the atomics.
 // Last, two warps write the split plans of the two GEMMs for the step's item count (at least
 // ceil(A / K25K_MOE_PASS), the fewest items and so the largest plans the workspaces are sized
-// for, even when invalid expert ids drop choices). idx is read with coherent loads: in the
-// router's kernel the same block has just written it. sm: 2 * E ints of shared memory
-// (k25k_moe_route_smem).
+// for, even when invalid expert ids drop choices; exactly top_k for one row). At one row every
+// expert holds one slot and item i is slot i (both in ascending expert order), which the GEMMs
+// of one row rely on. idx is read with coherent loads: in the router's kernel the same block
+// has just written it. sm: 2 * E ints of shared memory (k25k_moe_route_smem).
 static __device__ __forceinline__ void moe_route_block(const int32_t *idx, int A, int top_k,
                                                        int E, int I, int D, moe_sort_opts o,
                                                        const k25k_moe_route &r, int *sm) {
@@ -167,11 +168,16 @@ static __device__ __forceinline__ void moe_route_block(const int32_t *idx, int A
         r.offsets[E] = run_slots;
         *r.n_active = run_active;
         *r.n_items = run_items;
+        // one row: its GEMMs run top_k items (k25k_moe_w4a16_gemm) and skip those marked here
+        if (A == top_k)
+            for (int i = run_items; i < A; i++) r.item_expert[i] = -1;
     }
     // the two plans side by side in two warps where the block has them (a chain of divisions)
     const int down_plan_thread = blockDim.x > 32 ? 32 : 0;
     if (threadIdx.x == 0 || threadIdx.x == down_plan_thread) {
-        const int lo = (A + K25K_MOE_PASS - 1) / K25K_MOE_PASS;
+        // one row: the plans of its top_k items, whatever the ids (those GEMMs take the same
+        // plans from the host, k25k_moe_w4a16_gemm)
+        const int lo = A == top_k ? A : (A + K25K_MOE_PASS - 1) / K25K_MOE_PASS;
         const int items = run_items > lo ? run_items : lo;
         const int over = by_length || o.over_all ? K25K_MOE_OVER : 1;
         if (threadIdx.x == 0) moe_plan(2 * I, D, items, target, over, &r.plan[0], &r.plan[1]);

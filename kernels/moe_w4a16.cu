@@ -30,7 +30,8 @@
 // grid-stride loop over (item, row-block, split) units and the reductions read n_splits from
 // r.plan. A given routing always gives the same plan and the same fixed-order sums, so results
 // are deterministic; the same tokens routed differently may be summed in a different split
-// grouping (f32 rounding differences only).
+// grouping (f32 rounding differences only). One row is the exception: its top_k items are known
+// in number and layout, and its GEMMs take the plan from the host (the ONE instantiation).
 #include <stdlib.h>
 #include <string.h>
 
@@ -347,13 +348,20 @@ __device__ __forceinline__ void gate_up_tail(const float *__restrict__ part,
 // run-time flag it put a branch in every k-block (see the consume).
 // Registers: at most 128 for NTT <= 2 (4 blocks per SM), 168 for NTT = 4 (3 per SM); the few
 // spills (16-100 bytes) are loop-invariant addresses, outside the chunk loop.
+// ONE: a step of one row (A = top_k choices). Its plan is the host's (one_splits splits, the
+// plan moe_route_block writes for top_k items), item i is slot i, and every slot's activation
+// row is row 0 (gate_up) or its own: after the wait, a unit loads only its expert (-1 for an
+// item that invalid ids left out, moe_route_block), where the other steps first load the plan,
+// then the item, then the slot's token, then its activations, each load waiting for the one
+// before it (four L2 round trips ahead of the staging at batch 1; bench/NOTES.md).
 // Shared memory: the staging tiles plus the warps' rings (W4_RING_BYTES, dynamic).
-template <int NTT, bool SPLIT>
+template <int NTT, bool SPLIT, bool ONE>
 __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_kernel(
     const uint4 *__restrict__ Wt, const uint2 *__restrict__ St, size_t w_stride, size_t s_stride,
     int N, int K, int gate_up, const float *__restrict__ X, int x_ld,
     const int *__restrict__ row_index, k25k_moe_route r, int pl, float *__restrict__ part, int A,
-    float *__restrict__ h) {
+    float *__restrict__ h, int one_splits) {
+    static_assert(!ONE || NTT == 1, "one row: items of one slot");
     constexpr int KCB = W4_KCB, XS = W4_XS, S = W4_STAGES;
     extern __shared__ __align__(128) uint8_t w4_ring[]; // [W4_NW][S][W4_STAGE_BYTES]
     __shared__ __align__(16) uint32_t xs[NTT * 8 * XS];
@@ -376,11 +384,11 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
     k25_pdl_wait();
     // kb_per_split = ceil(KB / n_splits) (moe_plan), computed: a second plan load was issued
     // after the early exit and waited for before the item loads (one more dependent load)
-    const int n_splits = r.plan[pl];
+    const int n_splits = ONE ? one_splits : r.plan[pl];
     const int NT = N / 32, KB = K / 32;
     const int kb_per_split = (KB + n_splits - 1) / n_splits;
     const int rbs = (NT + W4_NW - 1) / W4_NW;
-    const int n_units = *r.n_items * rbs * n_splits;
+    const int n_units = (ONE ? A : *r.n_items) * rbs * n_splits;
     const int I = N / 2;
     const uint64_t policy = k25_l2_evict_first();
     // chunks this warp has issued into and consumed from its ring, over all its units: the
@@ -406,8 +414,13 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
     const int rb = rem / n_splits, ks = rem - rb * n_splits;
     // the item's slots come with it (not from counts/offsets of its expert, one more dependent
     // load before the first weight load)
-    const int e = r.item_expert[item], enc = r.item_p0[item];
-    const int slot0 = enc >> W4_ITEM_BITS, mp = min(NTT * 8, enc & ((1 << W4_ITEM_BITS) - 1));
+    const int e = r.item_expert[item], enc = ONE ? 1 : r.item_p0[item];
+    if (ONE && e < 0) { // an item no id made (block-uniform; next_unit is read after a barrier)
+        __syncthreads();
+        continue;
+    }
+    const int slot0 = ONE ? item : enc >> W4_ITEM_BITS;
+    const int mp = min(NTT * 8, enc & ((1 << W4_ITEM_BITS) - 1));
     const int nt = rb * W4_NW + warp;
     const int kb0 = ks * kb_per_split;
     const int kb1 = min(KB, kb0 + kb_per_split);
@@ -433,8 +446,10 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
         for (int i = 0; i < S && kb0 + i * KCB < kb1; i++) issue(kb0 + i * KCB);
     // read by the staging after the chunk loop's first barrier; the previous unit's last
     // staging finished before its second one
-    if (threadIdx.x < mp) xrow[threadIdx.x] = row_index ? row_index[slot0 + threadIdx.x]
-                                                        : slot0 + threadIdx.x;
+    if (threadIdx.x < mp)
+        xrow[threadIdx.x] = !row_index ? slot0 + threadIdx.x
+                            : ONE      ? 0
+                                       : row_index[slot0 + threadIdx.x];
 
     float acc[NTT][2][4];
 #pragma unroll
@@ -460,7 +475,7 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
     int rr[SB];
 #pragma unroll
     for (int u = 0; u < SB; u++)
-        rr[u] = u < mp ? (row_index ? row_index[slot0 + u] : slot0 + u) : 0;
+        rr[u] = u >= mp ? 0 : !row_index ? slot0 + u : ONE ? 0 : row_index[slot0 + u];
     float2 vn[SB]; // the next chunk's first SB slots, column pair cp
     auto load_next = [&](int kc) {
         if (cp < min(kb1 - kc, KCB) * 16) {
@@ -660,22 +675,22 @@ int k25k_moe_max_items(int T, int top_k, int E) {
 // batch-1 decode lost 0.13 ms a token (61 layers), the same kernels with programmatic
 // dependent launch off did not (bench/NOTES.md): the SMs' L1 / shared-memory split then
 // differs from the kernels around it, and an SM is reconfigured only once it is empty.
-template <int NTT, bool SPLIT> static int w4_blocks_per_sm(void) {
+template <int NTT, bool SPLIT, bool ONE> static int w4_blocks_per_sm(void) {
     static int v = 0;
     if (!v) {
         int b = 0;
-        CUDA_CHECK(cudaFuncSetAttribute(w4a16_grouped_kernel<NTT, SPLIT>,
+        CUDA_CHECK(cudaFuncSetAttribute(w4a16_grouped_kernel<NTT, SPLIT, ONE>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, W4_RING_BYTES));
         CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &b, w4a16_grouped_kernel<NTT, SPLIT>, W4_NW * 32, W4_RING_BYTES));
+            &b, w4a16_grouped_kernel<NTT, SPLIT, ONE>, W4_NW * 32, W4_RING_BYTES));
         v = b > 0 ? b : 1;
     }
     return v;
 }
 
-template <int NTT> static int w4_blocks_per_sm(void) {
-    return k25k_split_activations() ? w4_blocks_per_sm<NTT, true>()
-                                    : w4_blocks_per_sm<NTT, false>();
+template <int NTT, bool ONE = false> static int w4_blocks_per_sm(void) {
+    return k25k_split_activations() ? w4_blocks_per_sm<NTT, true, ONE>()
+                                    : w4_blocks_per_sm<NTT, false, ONE>();
 }
 
 // Blocks of the grouped GEMM resident at once for steps of T rows (the persistent grid), of the
@@ -702,19 +717,20 @@ size_t k25k_moe_part_floats(int N, int K, int A, int num_sms) {
     return (size_t)ns * A * N;
 }
 
-template <int NTT>
+// one_splits: the one-row plan's split count (ONE), else 0 (the plan is the device's)
+template <int NTT, bool ONE = false>
 static void w4_launch(const uint4 *w4, const uint2 *s2, size_t w_stride, size_t s_stride, int N,
                       int K, int gate_up, const float *X, int x_ld, const int *row_index,
                       const k25k_moe_route *r, int A, int max_units, int num_sms,
-                      float *part, float *h, cudaStream_t s) {
-    int64_t grid = (int64_t)w4_blocks_per_sm<NTT>() * (num_sms > 0 ? num_sms : 1); // w4_resident
+                      float *part, float *h, int one_splits, cudaStream_t s) {
+    int64_t grid = (int64_t)w4_blocks_per_sm<NTT, ONE>() * (num_sms > 0 ? num_sms : 1);
     if (grid > max_units) grid = max_units;
     if (grid < 1) grid = 1;
-    auto *kernel = k25k_split_activations() ? w4a16_grouped_kernel<NTT, true>
-                                            : w4a16_grouped_kernel<NTT, false>;
+    auto *kernel = k25k_split_activations() ? w4a16_grouped_kernel<NTT, true, ONE>
+                                            : w4a16_grouped_kernel<NTT, false, ONE>;
     k25_launch("w4a16_grouped", kernel, (unsigned)grid, W4_NW * 32, W4_RING_BYTES, s, w4, s2,
                w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, *r, gate_up ? 0 : 2, part,
-               A, gate_up ? h : NULL);
+               A, gate_up ? h : NULL, one_splits);
 }
 
 void k25k_moe_w4a16_gemm(const uint32_t *Wt, const uint16_t *St, int E, int N, int K,
@@ -734,15 +750,23 @@ void k25k_moe_w4a16_gemm(const uint32_t *Wt, const uint16_t *St, int E, int N, i
     const uint4 *w4 = reinterpret_cast<const uint4 *>(Wt);
     const uint2 *s2 = reinterpret_cast<const uint2 *>(St);
     const int ntt = w4_ntt(T);
-    if (ntt == 1)
+    if (T == 1) {
+        // the plan moe_route_block writes for one row (top_k items; no long items, so the over
+        // factor is the knob's alone), computed here from the same options
+        const moe_sort_opts o = k25k_moe_sort_opts(T, num_sms);
+        int ns, kbs;
+        moe_plan(N, K, A, o.target, o.over_all ? K25K_MOE_OVER : 1, &ns, &kbs);
+        w4_launch<1, true>(w4, s2, w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, r, A,
+                           (int)(rbs * A * ns), num_sms, part, h, ns, s);
+    } else if (ntt == 1)
         w4_launch<1>(w4, s2, w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, r, A,
-                     max_units, num_sms, part, h, s);
+                     max_units, num_sms, part, h, 0, s);
     else if (ntt == 2)
         w4_launch<2>(w4, s2, w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, r, A,
-                     max_units, num_sms, part, h, s);
+                     max_units, num_sms, part, h, 0, s);
     else
         w4_launch<4>(w4, s2, w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, r, A,
-                     max_units, num_sms, part, h, s);
+                     max_units, num_sms, part, h, 0, s);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -825,37 +849,121 @@ __global__ void moe_combine_kernel(const float *__restrict__ part,
 #pragma unroll
         for (int v = 0; v < V; v++) acc[v] = 0.0f;
         for (int k0 = 0; k0 < top_k; k0 += 8) {
-            float y[8][V];
+            // the loads of a round unpredicated, so that they are in flight together (a choice
+            // past top_k, or without a slot, reads slot 0's row and its sum is not used):
+            // predicated, each partial's load was waited for before the next one's
+            float y[8][V], w[8];
             int sl[8];
 #pragma unroll
             for (int u = 0; u < 8; u++) {
-                sl[u] = k0 + u < top_k ? slot_of[t * top_k + k0 + u] : -2;
-#pragma unroll
-                for (int v = 0; v < V; v++) y[u][v] = 0.0f;
+                const int a = t * top_k + (k0 + u < top_k ? k0 + u : 0);
+                sl[u] = k0 + u < top_k ? slot_of[a] : -2;
+                w[u] = wts[a];
             }
-            for (int ks = 0; ks < n_splits; ks++) {
+            // the first split outside the loop: inside it, the loads were each waited for
+            // before the next one's anyway (the scheduler's choice)
 #pragma unroll
-                for (int u = 0; u < 8; u++)
-                    if (sl[u] >= 0) {
-                        float p[V];
-                        k25_ldv<V>(part + ((size_t)ks * A + sl[u]) * D + d, p);
+            for (int u = 0; u < 8; u++)
+                k25_ldv<V>(part + (size_t)(sl[u] >= 0 ? sl[u] : 0) * D + d, y[u]);
 #pragma unroll
-                        for (int v = 0; v < V; v++) y[u][v] += p[v];
-                    }
-            }
+            for (int u = 0; u < 8; u++)
+#pragma unroll
+                for (int v = 0; v < V; v++) y[u][v] = 0.0f + y[u][v];
+            for (int ks = 1; ks < n_splits; ks++)
+#pragma unroll
+                for (int u = 0; u < 8; u++) {
+                    float p[V];
+                    k25_ldv<V>(part + ((size_t)ks * A + (sl[u] >= 0 ? sl[u] : 0)) * D + d, p);
+#pragma unroll
+                    for (int v = 0; v < V; v++) y[u][v] += p[v];
+                }
 #pragma unroll
             for (int u = 0; u < 8; u++) {
                 if (sl[u] == -1) { // bad expert id: never silent
 #pragma unroll
                     for (int v = 0; v < V; v++) acc[v] = __int_as_float(0x7fc00000);
                 } else if (sl[u] >= 0) {
-                    const float w = wts[t * top_k + k0 + u];
 #pragma unroll
-                    for (int v = 0; v < V; v++) acc[v] += w * y[u][v];
+                    for (int v = 0; v < V; v++) acc[v] += w[u] * y[u][v];
                 }
             }
         }
         k25_stv<V>(out + id, acc);
+    }
+}
+
+// One row (A = top_k <= 8 choices): the same sums, in the same order, without the chain of a
+// choice's slot, then its partials: every slot's first partial is loaded with the choices' slots
+// and weights (slot s of a one-row step holds one of the choices, whichever), and a choice then
+// picks its slot's sum from registers. One L2 round trip after the wait, where the other kernel
+// has two (the down GEMM's plan has one split at one row; more splits add one).
+// p ? a : b as one selp: written in C, a chain of them over an array became an indexed load
+// from the thread's stack
+__device__ __forceinline__ float select_f32(bool p, float a, float b) {
+    float r;
+    asm("{\n\t.reg .pred q;\n\tsetp.ne.s32 q, %3, 0;\n\tselp.f32 %0, %1, %2, q;\n\t}"
+        : "=f"(r)
+        : "f"(a), "f"(b), "r"((int)p));
+    return r;
+}
+
+template <int V>
+__global__ void moe_combine_one_kernel(const float *__restrict__ part,
+                                       const int *__restrict__ n_splits_dev, int A, int D,
+                                       const int *__restrict__ slot_of,
+                                       const float *__restrict__ wts, float *__restrict__ out) {
+    k25_pdl_trigger();
+    k25_pdl_wait();
+    const int n_splits = n_splits_dev ? *n_splits_dev : 1;
+    // one pass (the grid covers D): in a grid-stride loop the choices' slots were loaded and
+    // compared ahead of the loop, and their round trip waited for before the partials' loads
+    const int d = (blockIdx.x * blockDim.x + threadIdx.x) * V;
+    if (d < D) {
+        // every load issued before the first use: unpredicated (slots past A read slot 0's row
+        // and are never picked), predicated ones were each waited for before the next
+        int sl[8];
+        float w[8], y[8][V];
+#pragma unroll
+        for (int u = 0; u < 8; u++) k25_ldv<V>(part + (size_t)(u < A ? u : 0) * D + d, y[u]);
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            sl[u] = slot_of[u < A ? u : 0];
+            w[u] = wts[u < A ? u : 0];
+        }
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            sl[u] = u < A ? sl[u] : -2;
+#pragma unroll
+            for (int v = 0; v < V; v++) y[u][v] = 0.0f + y[u][v];
+        }
+        for (int ks = 1; ks < n_splits; ks++)
+#pragma unroll
+            for (int u = 0; u < 8; u++)
+                if (u < A) {
+                    float p[V];
+                    k25_ldv<V>(part + ((size_t)ks * A + u) * D + d, p);
+#pragma unroll
+                    for (int v = 0; v < V; v++) y[u][v] += p[v];
+                }
+        float acc[V];
+#pragma unroll
+        for (int v = 0; v < V; v++) acc[v] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            if (sl[k] == -1) { // bad expert id: never silent
+#pragma unroll
+                for (int v = 0; v < V; v++) acc[v] = __int_as_float(0x7fc00000);
+            } else if (sl[k] >= 0) {
+#pragma unroll
+                for (int v = 0; v < V; v++) {
+                    float ys = y[0][v];
+#pragma unroll
+                    for (int u = 1; u < 8; u++) ys = select_f32(sl[k] == u, y[u][v], ys);
+                    acc[v] += w[k] * ys;
+                }
+            }
+        }
+        k25_stv<V>(out + d, acc);
     }
 }
 
@@ -875,7 +983,14 @@ void k25k_moe_combine(const float *part, const int *n_splits, int A, int D, cons
                       const float *wts, int T, int top_k, float *out, cudaStream_t s) {
     if (T <= 0) return;
     const size_t n = (size_t)T * D;
-    if (k25_vec4((size_t)D, {part, out}))
+    if (T == 1 && top_k <= 8) {
+        if (k25_vec4((size_t)D, {part, out}))
+            k25_launch("moe_combine", moe_combine_one_kernel<4>, (int)k25_cdiv(D / 4, 128), 128,
+                       0, s, part, n_splits, A, D, slot_of, wts, out);
+        else
+            k25_launch("moe_combine", moe_combine_one_kernel<1>, (int)k25_cdiv(D, 128), 128, 0, s,
+                       part, n_splits, A, D, slot_of, wts, out);
+    } else if (k25_vec4((size_t)D, {part, out}))
         k25_launch("moe_combine", moe_combine_kernel<4>, grid_1d(n / 4), 128, 0, s, part,
                    n_splits, A, D, slot_of, wts, T, top_k, out);
     else
