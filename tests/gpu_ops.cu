@@ -6,6 +6,8 @@
 //   gpu_ops [--config FILE] [--set section.key=value]... [--tp N] [--rank R] [--rows 1,3,17]
 //           [--ctx N] [--only NAME]
 //
+// --only moe_bad_id runs one check that must stop the process (check_moe_bad_id).
+//
 // Prints one line per check ("ok"/"FAIL", the relative error ||gpu - cpu|| / ||cpu|| and the
 // shape) and a closing "N passed, N failed"; exits 1 when any check failed. A failing check
 // does not stop the others (a CUDA fault does: run configs as separate processes).
@@ -753,6 +755,38 @@ static void check_moe(pair *p, int T) {
     free(hic), free(hig), free(hwc), free(hwg), free(hx);
 }
 
+// --only moe_bad_id: a step of T rows whose last choice is an expert id outside [0, E). The GPU's
+// routing sort leaves that choice out (one row: its GEMMs skip the item no id made) and flags
+// it; the backend must then stop at the sync with the error, so reaching the report below is
+// the failure. tests/run_gpu.sh runs this under compute-sanitizer (no access outside the
+// buffers on the way) and checks for the message.
+static void check_moe_bad_id(pair *p, int T) {
+    const k25_config *cfg = p->cfg;
+    int l = first_moe(&p->wg);
+    if (l < 0) return;
+    const int D = cfg->hidden, K = cfg->top_k, E = cfg->n_experts;
+    const k25_layer *Lg = &p->wg.layers[l];
+    float *hx = (float *)k25_malloc(sizeof(float) * (size_t)T * D);
+    fill_randn(hx, (size_t)T * D, 1.0f);
+    dbuf x = dbuf_new(p, (size_t)T * D), y = dbuf_new(p, (size_t)T * D), wts = dbuf_new(p, (size_t)T * K);
+    dbuf_set(p, &x, hx);
+    float *hw = (float *)k25_malloc(sizeof(float) * T * K);
+    int32_t *hi = (int32_t *)k25_malloc(sizeof(int32_t) * T * K);
+    const int step = (E - 1) / K > 0 ? (E - 1) / K : 1;
+    for (int t = 0; t < T; t++)
+        for (int k = 0; k < K; k++) hi[t * K + k] = (1 + k * step) % E, hw[t * K + k] = 1.0f / K;
+    hi[T * K - 1] = E;
+    int32_t *ig = (int32_t *)p->gpu->alloc(p->gpu, sizeof(int32_t) * T * K);
+    p->gpu->to_device(p->gpu, ig, hi, sizeof(int32_t) * T * K);
+    p->gpu->to_device(p->gpu, wts.g, hw, sizeof(float) * T * K);
+    p->gpu->moe(p->gpu, x.g, Lg, ig, wts.g, y.g);
+    p->gpu->sync(p->gpu);
+    report(0, "moe bad id     T=%-4d expert %d of %d: the step went on without an error", T, E, E);
+    p->gpu->free(p->gpu, ig);
+    dbuf_free(p, &wts), dbuf_free(p, &x), dbuf_free(p, &y);
+    free(hi), free(hw), free(hx);
+}
+
 // Prefill of ctx + s * skew positions for sequence s in chunks (rows of the sequences not yet
 // at their length, interleaved), then one step of T_decode rows (T_decode / n_seq per sequence:
 // batch decode, or a verification step causal within itself); compares every call. Each call's
@@ -1017,6 +1051,7 @@ int main(int argc, char **argv) {
         batch_buf bb;
         batch_make(&bb, &cfg, rows[i], 1, start, 64, 64);
         set_batch_both(&p, &bb.b);
+        if (only && !strcmp(only, "moe_bad_id")) check_moe_bad_id(&p, rows[i]); // stops
         check_rows_ops(&p, rows[i]);
         check_matmuls(&p, rows[i]);
         check_staged(&p, rows[i]);

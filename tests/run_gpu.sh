@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU test suite (needs a CUDA GPU; `make CUDA=1 test-gpu` builds and runs it):
 #   1. every backend op against the CPU reference (tests/gpu_ops) at the tiny configs and at
-#      Kimi-K2.5's per-rank shapes for TP8 and TP2 (one GPU simulates one rank's slice);
+#      Kimi-K2.5's per-rank shapes for TP8 and TP2 (one GPU simulates one rank's slice), and an
+#      expert id outside the model stopping the step with its error;
 #   2. the golden tiny models through k25dec --backend cuda (f32 latent cache) against the transformers reference
 #      logits (cosine >= 0.999 per row, >= 16 greedy tokens equal), with and without CUDA
 #      graphs, with the shared-expert overlap off, on 1 rank and on 2 ranks when 2 GPUs are
@@ -96,6 +97,22 @@ if [ -x "$OPS" ]; then
     # the grouped W4A16 GEMM is compiled apart for bf16 activations (no hi/lo split)
     check ops_kimi_tp8_moe_bf16act 300 env K25_BF16_ACTIVATIONS=1 "$OPS" --config config/kimi_k25.ini \
         --tp 8 --rank 3 --set model.num_hidden_layers=2 --rows 1,5,16,67 --ctx 600 --only moe
+    # an expert id outside [0, E) stops the step with the error, at one row (whose GEMMs skip the
+    # item no id made) and at five; under compute-sanitizer memcheck where it runs (section 7's
+    # tool), so that the way there reads and writes nothing outside the buffers
+    bad=("$OPS" --config config/kimi_k25.ini --tp 8 --rank 3 --set model.num_hidden_layers=2
+         --set model.vocab_size=32768 --set tokens.bos_token_id=1 --set tokens.eos_token_ids=2
+         --set tokens.pad_token_id=3 --ctx 100 --only moe_bad_id)
+    san=${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer
+    if [ -x "$san" ] && [ -z "${K25_NO_SANITIZER:-}" ]; then
+        bad=("$san" --tool memcheck --report-api-errors no "${bad[@]}")
+    fi
+    for r in 1 5; do
+        check ops_kimi_tp8_moe_bad_id_r$r 300 bash -c '"$@" >"$0" 2>&1; rc=$?; cat "$0"
+            [ $rc -ne 0 ] && grep -q "moe: an expert index outside" "$0" &&
+                { ! grep -q "ERROR SUMMARY" "$0" || grep -q "ERROR SUMMARY: 0 errors" "$0"; }' \
+            "$tmp/bad_id_r$r.out" "${bad[@]}" --rows $r
+    done
     check ops_mla_f32cache 300 env K25_KV_F32=1 "$OPS" --config config/kimi_k25.ini --tp 8 --rank 0 \
         --set model.num_hidden_layers=2 --rows 1 --ctx 400 --only mla
     check ops_mla_64heads 300 "$OPS" --config config/kimi_k25.ini --tp 1 \
