@@ -63,6 +63,20 @@ struct moe_sort_opts {
 // sort's own kernel and the router's fused one.
 moe_sort_opts k25k_moe_sort_opts(int T, int num_sms);
 
+// The plan the routing sort writes for one of a step's two GEMMs (N x K): for the step's items,
+// at least ceil(A / K25K_MOE_PASS) (the fewest items and so the largest plans the workspaces are
+// sized for, even when invalid expert ids drop choices), exactly top_k for one row whatever the
+// ids; over-split for long items or where the options say so. The one-row GEMMs compute the
+// same plan on the host (k25k_moe_w4a16_gemm).
+__host__ __device__ static inline void moe_step_plan(int N, int K, int run_items, int A, int top_k,
+                                                     bool long_items, const moe_sort_opts &o,
+                                                     int *n_splits, int *kb_per_split) {
+    const int lo = A == top_k ? A : (A + K25K_MOE_PASS - 1) / K25K_MOE_PASS;
+    const int items = run_items > lo ? run_items : lo;
+    moe_plan(N, K, items, o.target, long_items || o.over_all ? K25K_MOE_OVER : 1, n_splits,
+             kb_per_split);
+}
+
 // One block. counts/offsets per expert, the active experts in ascending id, and for every
 // choice a = t*top_k + k its slot (position in the expert-sorted list) and the slot's token.
 // The order of slots inside an expert depends on atomics, which is harmless: every slot's
@@ -71,16 +85,14 @@ moe_sort_opts k25k_moe_sort_opts(int T, int num_sms);
 // is cut into items of equal size (one more slot in the first ones), so that none is short
 // enough for the GEMM to pack hi and lo into one n-tile (at most 4 slots), whose sums round
 // differently from the lo tile's: which tokens a short last item held followed the atomics.
-// Last, two warps write the split plans of the two GEMMs for the step's item count (at least
-// ceil(A / K25K_MOE_PASS), the fewest items and so the largest plans the workspaces are sized
-// for, even when invalid expert ids drop choices; exactly top_k for one row). At one row every
+// Last, two warps write the split plans of the two GEMMs (moe_step_plan). At one row every
 // expert holds one slot and item i is slot i (both in ascending expert order), which the GEMMs
 // of one row rely on. idx is read with coherent loads: in the router's kernel the same block
 // has just written it. sm: 2 * E ints of shared memory (k25k_moe_route_smem).
 static __device__ __forceinline__ void moe_route_block(const int32_t *idx, int A, int top_k,
                                                        int E, int I, int D, moe_sort_opts o,
                                                        const k25k_moe_route &r, int *sm) {
-    const int pass = o.pass, target = o.target;
+    const int pass = o.pass;
     int *cnt = sm, *fill = sm + E;
     __shared__ unsigned long long tot[32];
     __shared__ int run_slots, run_active, run_items;
@@ -174,16 +186,10 @@ static __device__ __forceinline__ void moe_route_block(const int32_t *idx, int A
     }
     // the two plans side by side in two warps where the block has them (a chain of divisions)
     const int down_plan_thread = blockDim.x > 32 ? 32 : 0;
-    if (threadIdx.x == 0 || threadIdx.x == down_plan_thread) {
-        // one row: the plans of its top_k items, whatever the ids (those GEMMs take the same
-        // plans from the host, k25k_moe_w4a16_gemm)
-        const int lo = A == top_k ? A : (A + K25K_MOE_PASS - 1) / K25K_MOE_PASS;
-        const int items = run_items > lo ? run_items : lo;
-        const int over = by_length || o.over_all ? K25K_MOE_OVER : 1;
-        if (threadIdx.x == 0) moe_plan(2 * I, D, items, target, over, &r.plan[0], &r.plan[1]);
-        if (threadIdx.x == down_plan_thread)
-            moe_plan(D, I, items, target, over, &r.plan[2], &r.plan[3]);
-    }
+    if (threadIdx.x == 0)
+        moe_step_plan(2 * I, D, run_items, A, top_k, by_length, o, &r.plan[0], &r.plan[1]);
+    if (threadIdx.x == down_plan_thread)
+        moe_step_plan(D, I, run_items, A, top_k, by_length, o, &r.plan[2], &r.plan[3]);
     __syncthreads();
     for (int a = threadIdx.x; a < A; a += blockDim.x) {
         int e = __ldcg(idx + a);

@@ -751,11 +751,9 @@ void k25k_moe_w4a16_gemm(const uint32_t *Wt, const uint16_t *St, int E, int N, i
     const uint2 *s2 = reinterpret_cast<const uint2 *>(St);
     const int ntt = w4_ntt(T);
     if (T == 1) {
-        // the plan moe_route_block writes for one row (top_k items; no long items, so the over
-        // factor is the knob's alone), computed here from the same options
-        const moe_sort_opts o = k25k_moe_sort_opts(T, num_sms);
+        // the plan moe_route_block writes for one row (top_k items, never long)
         int ns, kbs;
-        moe_plan(N, K, A, o.target, o.over_all ? K25K_MOE_OVER : 1, &ns, &kbs);
+        moe_step_plan(N, K, A, A, top_k, false, k25k_moe_sort_opts(T, num_sms), &ns, &kbs);
         w4_launch<1, true>(w4, s2, w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, r, A,
                            (int)(rbs * A * ns), num_sms, part, h, ns, s);
     } else if (ntt == 1)
@@ -830,6 +828,20 @@ __global__ void moe_gate_up_reduce_kernel(const float *__restrict__ part,
     }
 }
 
+// A choice's term of a token's sum: its weight times its expert's output y; NaN for a choice
+// whose expert id was invalid (slot -1: never silent), nothing for one past top_k (slot -2).
+template <int V>
+__device__ __forceinline__ void combine_term(float (&acc)[V], int sl, float w,
+                                             const float (&y)[V]) {
+    if (sl == -1) {
+#pragma unroll
+        for (int v = 0; v < V; v++) acc[v] = __int_as_float(0x7fc00000);
+    } else if (sl >= 0) {
+#pragma unroll
+        for (int v = 0; v < V; v++) acc[v] += w * y[v];
+    }
+}
+
 // One thread per V consecutive output elements of a token (V = 4 where D and the pointers allow:
 // 16-byte loads); the top_k x n_splits partials it needs are loaded first. Each element's sum
 // has the same order for either V.
@@ -878,15 +890,7 @@ __global__ void moe_combine_kernel(const float *__restrict__ part,
                     for (int v = 0; v < V; v++) y[u][v] += p[v];
                 }
 #pragma unroll
-            for (int u = 0; u < 8; u++) {
-                if (sl[u] == -1) { // bad expert id: never silent
-#pragma unroll
-                    for (int v = 0; v < V; v++) acc[v] = __int_as_float(0x7fc00000);
-                } else if (sl[u] >= 0) {
-#pragma unroll
-                    for (int v = 0; v < V; v++) acc[v] += w[u] * y[u][v];
-                }
-            }
+            for (int u = 0; u < 8; u++) combine_term<V>(acc, sl[u], w[u], y[u]);
         }
         k25_stv<V>(out + id, acc);
     }
@@ -950,18 +954,14 @@ __global__ void moe_combine_one_kernel(const float *__restrict__ part,
         for (int v = 0; v < V; v++) acc[v] = 0.0f;
 #pragma unroll
         for (int k = 0; k < 8; k++) {
-            if (sl[k] == -1) { // bad expert id: never silent
+            float ys[V];
 #pragma unroll
-                for (int v = 0; v < V; v++) acc[v] = __int_as_float(0x7fc00000);
-            } else if (sl[k] >= 0) {
+            for (int v = 0; v < V; v++) {
+                ys[v] = y[0][v];
 #pragma unroll
-                for (int v = 0; v < V; v++) {
-                    float ys = y[0][v];
-#pragma unroll
-                    for (int u = 1; u < 8; u++) ys = select_f32(sl[k] == u, y[u][v], ys);
-                    acc[v] += w[k] * ys;
-                }
+                for (int u = 1; u < 8; u++) ys[v] = select_f32(sl[k] == u, y[u][v], ys[v]);
             }
+            combine_term<V>(acc, sl[k], w[k], ys);
         }
         k25_stv<V>(out + d, acc);
     }
