@@ -131,7 +131,7 @@ static void moe_step(const tp_setup &S, moe_ws &w, const int32_t *idx, const flo
                         TOPK, num_sms, w.part1, w.h, s); // SiLU*up fused
     k25k_moe_w4a16_gemm(S.dn_w, S.dn_s, S.E, S.D, S.I, 0, w.h, S.I, NULL, &w.r, T, TOPK, num_sms,
                         w.part2, NULL, s);
-    k25k_moe_combine(w.part2, w.r.plan + 2, A, S.D, w.r.slot_of, wts, T, TOPK, out, s);
+    k25k_moe_combine(w.part2, w.r.plan + 2, A, S.D, w.r.slot_of, wts, T, TOPK, NULL, out, s);
 }
 
 // Pipeline output for T tokens on experts 0..7 against the host reference (tokens 0, T-1).

@@ -826,8 +826,10 @@ static void cuda_router(k25_backend *be, const float *x, const k25_layer *L, int
     c->sorted_idx = sorted ? idx : NULL;
 }
 
+static void cuda_join(k25_backend *be);
+
 static void cuda_moe(k25_backend *be, const float *x, const k25_layer *L, const int32_t *idx,
-                     const float *wts, float *out) {
+                     const float *wts, const float *add, float *out) {
     cuda_impl *c = impl_of(be);
     const k25_config *cfg = be->cfg;
     const moe_dev *m = (const moe_dev *)L->backend_data;
@@ -846,15 +848,18 @@ static void cuda_moe(k25_backend *be, const float *x, const k25_layer *L, const 
                             T, K, c->num_sms, c->ws_part1, c->ws_h, c->stream);
         k25k_moe_w4a16_gemm(m->dn_w, m->dn_s, E, D, I, 0, c->ws_h, I, NULL, &c->route, T, K,
                             c->num_sms, c->ws_part2, NULL, c->stream);
-        k25k_moe_combine(c->ws_part2, c->route.plan + 2, A, D, c->route.slot_of, wts, T, K, out,
-                         c->stream);
+        if (add) cuda_join(be); // the shared expert's branch: only the combine reads its output
+        k25k_moe_combine(c->ws_part2, c->route.plan + 2, A, D, c->route.slot_of, wts, T, K, add,
+                         out, c->stream);
     } else {
         k25k_moe_bf16_gemm(m->gate, m->up, 2 * I, D, 1, x, D, c->route.slot_token, &c->route,
                            max_active, A, c->ws_part1, c->stream);
         k25k_moe_gate_up_reduce(c->ws_part1, NULL, A, I, c->ws_h, c->stream);
         k25k_moe_bf16_gemm(m->down, NULL, D, I, 0, c->ws_h, I, NULL, &c->route, max_active, A,
                            c->ws_part2, c->stream);
-        k25k_moe_combine(c->ws_part2, NULL, A, D, c->route.slot_of, wts, T, K, out, c->stream);
+        if (add) cuda_join(be);
+        k25k_moe_combine(c->ws_part2, NULL, A, D, c->route.slot_of, wts, T, K, add, out,
+                         c->stream);
     }
 }
 

@@ -161,10 +161,11 @@ void k25k_moe_bf16_gemm(const uint16_t *const *Wa, const uint16_t *const *Wb, in
 // a device int (r->plan + 0), NULL for one split.
 void k25k_moe_gate_up_reduce(const float *part, const int *n_splits, int A, int I, float *h,
                              cudaStream_t s);
-// out[T][D] = sum_k wts[t][k] * sum_splits part[split][slot_of[t][k]][D]; n_splits a device
-// int (r->plan + 2), NULL for one split.
+// out[T][D] = sum_k wts[t][k] * sum_splits part[split][slot_of[t][k]][D] (+ add[T][D] when add
+// is non-NULL); n_splits a device int (r->plan + 2), NULL for one split.
 void k25k_moe_combine(const float *part, const int *n_splits, int A, int D, const int *slot_of,
-                      const float *wts, int T, int top_k, float *out, cudaStream_t s);
+                      const float *wts, int T, int top_k, const float *add, float *out,
+                      cudaStream_t s);
 
 // ---- router.cu ----
 // Top-k of the router's logits into idx / wts. With sort != NULL and every row in one block of

@@ -77,6 +77,78 @@ __host__ __device__ static inline void moe_step_plan(int N, int K, int run_items
              kb_per_split);
 }
 
+// The most choices of a one-row step that moe_route_one and the one-row GEMMs take (a warp's
+// lanes); more go through the general sort and GEMMs.
+#define K25K_MOE_ONE_MAX_K 32
+
+// One row (top_k <= K25K_MOE_ONE_MAX_K choices): what moe_route_block writes, without its
+// counting pass, scan and their barriers (one barrier here). Every choice is an item of one
+// slot, item i slot i, in ascending expert order (a choice's rank among the valid ones, ties by
+// choice), as the one-row GEMMs read them; an expert's offset is the count of valid choices
+// below it. Two choices of the same expert (never from the router's top-k) are two items here,
+// where the general sort would make one item of two slots, which the one-row GEMMs do not read.
+static __device__ __forceinline__ void moe_route_one(const int32_t *idx, int top_k, int E, int I,
+                                                     int D, const moe_sort_opts &o,
+                                                     const k25k_moe_route &r) {
+    __shared__ int ids[K25K_MOE_ONE_MAX_K]; // -1: an invalid choice
+    __shared__ int n_valid;
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
+        int e = lane < top_k ? __ldcg(idx + lane) : -1;
+        const bool valid = lane < top_k && e >= 0 && e < E;
+        if (!valid) e = -1;
+        int rank = 0, earlier = 0; // earlier: choices before this one of the same expert
+        for (int j = 0; j < top_k; j++) {
+            const int f = __shfl_sync(0xffffffffu, e, j);
+            rank += f >= 0 && (f < e || (f == e && j < lane));
+            earlier += f == e && j < lane;
+        }
+        const bool first = valid && earlier == 0; // the expert's active entry
+        int act = 0;
+        for (int j = 0; j < top_k; j++) {
+            const int f = __shfl_sync(0xffffffffu, e, j);
+            act += __shfl_sync(0xffffffffu, first, j) && f < e;
+        }
+        if (lane < top_k) ids[lane] = e;
+        const unsigned n = __popc(__ballot_sync(0xffffffffu, valid));
+        const unsigned n_first = __popc(__ballot_sync(0xffffffffu, first));
+        if (lane == 0) {
+            n_valid = (int)n;
+            *r.n_active = (int)n_first;
+            *r.n_items = (int)n;
+        }
+        if (valid) {
+            r.slot_of[lane] = rank;
+            r.slot_token[rank] = 0;
+            r.item_expert[rank] = e;
+            r.item_p0[rank] = (rank << W4_ITEM_BITS) | 1;
+            if (first) r.active[act] = e;
+        } else if (lane < top_k) {
+            r.slot_of[lane] = -1;
+            atomicExch(r.err, 1);
+        }
+    }
+    __syncthreads();
+    const int nv = n_valid;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        int below = 0, here = 0;
+        for (int k = 0; k < top_k; k++) {
+            const int f = ids[k];
+            below += f >= 0 && f < e;
+            here += f == e;
+        }
+        r.offsets[e] = below;
+        r.counts[e] = here;
+    }
+    if (threadIdx.x == 0) {
+        r.offsets[E] = nv;
+        for (int i = nv; i < top_k; i++) r.item_expert[i] = -1; // skipped by the one-row GEMMs
+        moe_step_plan(2 * I, D, nv, top_k, top_k, false, o, &r.plan[0], &r.plan[1]);
+    }
+    if (threadIdx.x == (blockDim.x > 32 ? 32 : 0))
+        moe_step_plan(D, I, nv, top_k, top_k, false, o, &r.plan[2], &r.plan[3]);
+}
+
 // One block. counts/offsets per expert, the active experts in ascending id, and for every
 // choice a = t*top_k + k its slot (position in the expert-sorted list) and the slot's token.
 // The order of slots inside an expert depends on atomics, which is harmless: every slot's
@@ -85,13 +157,17 @@ __host__ __device__ static inline void moe_step_plan(int N, int K, int run_items
 // is cut into items of equal size (one more slot in the first ones), so that none is short
 // enough for the GEMM to pack hi and lo into one n-tile (at most 4 slots), whose sums round
 // differently from the lo tile's: which tokens a short last item held followed the atomics.
-// Last, two warps write the split plans of the two GEMMs (moe_step_plan). At one row every
-// expert holds one slot and item i is slot i (both in ascending expert order), which the GEMMs
-// of one row rely on. idx is read with coherent loads: in the router's kernel the same block
-// has just written it. sm: 2 * E ints of shared memory (k25k_moe_route_smem).
+// Last, two warps write the split plans of the two GEMMs (moe_step_plan). One row goes to
+// moe_route_one (item i is slot i, which the GEMMs of one row rely on). idx is read with
+// coherent loads: in the router's kernel the same block has just written it. sm: 2 * E ints of
+// shared memory (k25k_moe_route_smem).
 static __device__ __forceinline__ void moe_route_block(const int32_t *idx, int A, int top_k,
                                                        int E, int I, int D, moe_sort_opts o,
                                                        const k25k_moe_route &r, int *sm) {
+    if (A == top_k && top_k <= K25K_MOE_ONE_MAX_K) {
+        moe_route_one(idx, top_k, E, I, D, o, r);
+        return;
+    }
     const int pass = o.pass;
     int *cnt = sm, *fill = sm + E;
     __shared__ unsigned long long tot[32];
@@ -180,9 +256,6 @@ static __device__ __forceinline__ void moe_route_block(const int32_t *idx, int A
         r.offsets[E] = run_slots;
         *r.n_active = run_active;
         *r.n_items = run_items;
-        // one row: its GEMMs run top_k items (k25k_moe_w4a16_gemm) and skip those marked here
-        if (A == top_k)
-            for (int i = run_items; i < A; i++) r.item_expert[i] = -1;
     }
     // the two plans side by side in two warps where the block has them (a chain of divisions)
     const int down_plan_thread = blockDim.x > 32 ? 32 : 0;

@@ -348,12 +348,13 @@ __device__ __forceinline__ void gate_up_tail(const float *__restrict__ part,
 // run-time flag it put a branch in every k-block (see the consume).
 // Registers: at most 128 for NTT <= 2 (4 blocks per SM), 168 for NTT = 4 (3 per SM); the few
 // spills (16-100 bytes) are loop-invariant addresses, outside the chunk loop.
-// ONE: a step of one row (A = top_k choices). Its plan is the host's (one_splits splits, the
-// plan moe_route_block writes for top_k items), item i is slot i, and every slot's activation
-// row is row 0 (gate_up) or its own: after the wait, a unit loads only its expert (-1 for an
-// item that invalid ids left out, moe_route_block), where the other steps first load the plan,
-// then the item, then the slot's token, then its activations, each load waiting for the one
-// before it (four L2 round trips ahead of the staging at batch 1; bench/NOTES.md).
+// ONE: a step of one row (A = top_k <= K25K_MOE_ONE_MAX_K choices). Its plan is the host's
+// (one_splits splits, the plan moe_route_one writes for top_k items), item i is slot i, and
+// every slot's activation row is row 0 (gate_up) or its own: after the wait, a unit loads only
+// its expert (-1 for an item that invalid ids left out, moe_route_one), where the other steps
+// first load the plan, then the item, then the slot's token, then its activations, each load
+// waiting for the one before it (four L2 round trips ahead of the staging at batch 1;
+// bench/NOTES.md).
 // Shared memory: the staging tiles plus the warps' rings (W4_RING_BYTES, dynamic).
 template <int NTT, bool SPLIT, bool ONE>
 __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_kernel(
@@ -750,8 +751,8 @@ void k25k_moe_w4a16_gemm(const uint32_t *Wt, const uint16_t *St, int E, int N, i
     const uint4 *w4 = reinterpret_cast<const uint4 *>(Wt);
     const uint2 *s2 = reinterpret_cast<const uint2 *>(St);
     const int ntt = w4_ntt(T);
-    if (T == 1) {
-        // the plan moe_route_block writes for one row (top_k items, never long)
+    if (T == 1 && top_k <= K25K_MOE_ONE_MAX_K) {
+        // the plan moe_route_one writes (top_k items, never long)
         int ns, kbs;
         moe_step_plan(N, K, A, A, top_k, false, k25k_moe_sort_opts(T, num_sms), &ns, &kbs);
         w4_launch<1, true>(w4, s2, w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, r, A,
@@ -842,6 +843,16 @@ __device__ __forceinline__ void combine_term(float (&acc)[V], int sl, float w,
     }
 }
 
+// out = acc + add (add NULL: acc), add's values loaded with the partials
+template <int V>
+__device__ __forceinline__ void combine_store(float *out, const float (&acc)[V],
+                                              const float (&ad)[V], bool has_add) {
+    float r[V];
+#pragma unroll
+    for (int v = 0; v < V; v++) r[v] = has_add ? acc[v] + ad[v] : acc[v];
+    k25_stv<V>(out, r);
+}
+
 // One thread per V consecutive output elements of a token (V = 4 where D and the pointers allow:
 // 16-byte loads); the top_k x n_splits partials it needs are loaded first. Each element's sum
 // has the same order for either V.
@@ -849,7 +860,8 @@ template <int V>
 __global__ void moe_combine_kernel(const float *__restrict__ part,
                                    const int *__restrict__ n_splits_dev, int A, int D,
                                    const int *__restrict__ slot_of, const float *__restrict__ wts,
-                                   int T, int top_k, float *__restrict__ out) {
+                                   int T, int top_k, const float *__restrict__ add,
+                                   float *__restrict__ out) {
     k25_pdl_trigger();
     k25_pdl_wait();
     const int n_splits = n_splits_dev ? *n_splits_dev : 1;
@@ -857,9 +869,10 @@ __global__ void moe_combine_kernel(const float *__restrict__ part,
     for (size_t id = (blockIdx.x * (size_t)blockDim.x + threadIdx.x) * V; id < n;
          id += (size_t)gridDim.x * blockDim.x * V) {
         int t = (int)(id / D), d = (int)(id % D);
-        float acc[V];
+        float acc[V], ad[V];
 #pragma unroll
         for (int v = 0; v < V; v++) acc[v] = 0.0f;
+        if (add) k25_ldv<V>(add + id, ad);
         for (int k0 = 0; k0 < top_k; k0 += 8) {
             // the loads of a round unpredicated, so that they are in flight together (a choice
             // past top_k, or without a slot, reads slot 0's row and its sum is not used):
@@ -892,7 +905,7 @@ __global__ void moe_combine_kernel(const float *__restrict__ part,
 #pragma unroll
             for (int u = 0; u < 8; u++) combine_term<V>(acc, sl[u], w[u], y[u]);
         }
-        k25_stv<V>(out + id, acc);
+        combine_store<V>(out + id, acc, ad, add != nullptr);
     }
 }
 
@@ -915,7 +928,8 @@ template <int V>
 __global__ void moe_combine_one_kernel(const float *__restrict__ part,
                                        const int *__restrict__ n_splits_dev, int A, int D,
                                        const int *__restrict__ slot_of,
-                                       const float *__restrict__ wts, float *__restrict__ out) {
+                                       const float *__restrict__ wts,
+                                       const float *__restrict__ add, float *__restrict__ out) {
     k25_pdl_trigger();
     k25_pdl_wait();
     const int n_splits = n_splits_dev ? *n_splits_dev : 1;
@@ -926,9 +940,10 @@ __global__ void moe_combine_one_kernel(const float *__restrict__ part,
         // every load issued before the first use: unpredicated (slots past A read slot 0's row
         // and are never picked), predicated ones were each waited for before the next
         int sl[8];
-        float w[8], y[8][V];
+        float w[8], y[8][V], ad[V];
 #pragma unroll
         for (int u = 0; u < 8; u++) k25_ldv<V>(part + (size_t)(u < A ? u : 0) * D + d, y[u]);
+        if (add) k25_ldv<V>(add + d, ad);
 #pragma unroll
         for (int u = 0; u < 8; u++) {
             sl[u] = slot_of[u < A ? u : 0];
@@ -963,7 +978,7 @@ __global__ void moe_combine_one_kernel(const float *__restrict__ part,
             }
             combine_term<V>(acc, sl[k], w[k], ys);
         }
-        k25_stv<V>(out + d, acc);
+        combine_store<V>(out + d, acc, ad, add != nullptr);
     }
 }
 
@@ -980,20 +995,22 @@ void k25k_moe_gate_up_reduce(const float *part, const int *n_splits, int A, int 
 }
 
 void k25k_moe_combine(const float *part, const int *n_splits, int A, int D, const int *slot_of,
-                      const float *wts, int T, int top_k, float *out, cudaStream_t s) {
+                      const float *wts, int T, int top_k, const float *add, float *out,
+                      cudaStream_t s) {
     if (T <= 0) return;
     const size_t n = (size_t)T * D;
+    const bool v4 = k25_vec4((size_t)D, {part, out}) && (!add || k25_vec4((size_t)D, {add}));
     if (T == 1 && top_k <= 8) {
-        if (k25_vec4((size_t)D, {part, out}))
+        if (v4)
             k25_launch("moe_combine", moe_combine_one_kernel<4>, (int)k25_cdiv(D / 4, 128), 128,
-                       0, s, part, n_splits, A, D, slot_of, wts, out);
+                       0, s, part, n_splits, A, D, slot_of, wts, add, out);
         else
             k25_launch("moe_combine", moe_combine_one_kernel<1>, (int)k25_cdiv(D, 128), 128, 0, s,
-                       part, n_splits, A, D, slot_of, wts, out);
-    } else if (k25_vec4((size_t)D, {part, out}))
+                       part, n_splits, A, D, slot_of, wts, add, out);
+    } else if (v4)
         k25_launch("moe_combine", moe_combine_kernel<4>, grid_1d(n / 4), 128, 0, s, part,
-                   n_splits, A, D, slot_of, wts, T, top_k, out);
+                   n_splits, A, D, slot_of, wts, T, top_k, add, out);
     else
         k25_launch("moe_combine", moe_combine_kernel<1>, grid_1d(n), 128, 0, s, part, n_splits,
-                   A, D, slot_of, wts, T, top_k, out);
+                   A, D, slot_of, wts, T, top_k, add, out);
 }

@@ -95,9 +95,11 @@ struct k25_backend {
     void (*router)(k25_backend *be, const float *x, const k25_layer *L, int32_t *idx,
                    float *wts);
     // out[T][D] = sum_k wts[t][k] * Expert_idx[t][k](x[t]) over this rank's expert slices
-    // (a partial sum across TP ranks).
+    // (a partial sum across TP ranks), plus add[T][D] when add is non-NULL (the shared expert's
+    // partial: one pass over out fewer). A side branch still open (fork) is joined before add
+    // is read, so add may be the branch's output.
     void (*moe)(k25_backend *be, const float *x, const k25_layer *L, const int32_t *idx,
-                const float *wts, float *out);
+                const float *wts, const float *add, float *out);
     // Sum over the tensor-parallel group, in place.
     void (*allreduce_sum)(k25_backend *be, float *x, size_t n);
     // Vocabulary-parallel sampling: logits[T][V_local] of this rank's vocabulary slice

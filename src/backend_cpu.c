@@ -497,7 +497,7 @@ static void *grow(void *p, size_t *cap, size_t need) {
 // serves all of them): act = silu(gate x) * (up x), y = down act per (row, choice), then
 // out[t] = sum_k wts[t][k] y[t][k] in choice order.
 static void cpu_moe(k25_backend *be, const float *x, const k25_layer *L, const int32_t *idx,
-                    const float *wts, float *out) {
+                    const float *wts, const float *add, float *out) {
     cpu_impl *c = impl_of(be);
     const k25_config *cfg = be->cfg;
     int T = c->T, K = cfg->top_k, E = cfg->n_experts, D = cfg->hidden;
@@ -550,7 +550,9 @@ static void cpu_moe(k25_backend *be, const float *x, const k25_layer *L, const i
             double s = 0;
             for (int k = 0; k < K; k++)
                 s += (double)wts[(size_t)t * K + k] * c->moe_y[((size_t)t * K + k) * D + o];
-            out[(size_t)t * D + o] = (float)s;
+            float r = (float)s;
+            if (add) r += add[(size_t)t * D + o];
+            out[(size_t)t * D + o] = r;
         }
 }
 

@@ -263,7 +263,6 @@ static void forward_layers(void *arg) {
     k25_backend *be = m->be;
     k25_weights *w = m->w;
     int T = ctx->b->T, D = c->hidden;
-    size_t TD = (size_t)T * D;
 
     if (m->first_stage) be->embed(be, &w->embed, m->h);
     if (w->layer_begin < w->layer_end)
@@ -290,11 +289,8 @@ static void forward_layers(void *arg) {
             shared_ctx sc = {m, L, T};
             if (has_shared) be->fork(be, shared_expert, &sc); // d2, concurrent with the next two
             be->router(be, m->xn, L, m->ridx, m->rwts);
-            be->moe(be, m->xn, L, m->ridx, m->rwts, m->d);
-            if (has_shared) {
-                be->join(be);
-                be->add(be, m->d, m->d2, TD);
-            }
+            // d = routed experts + d2 (the branch is joined inside, before the sum reads d2)
+            be->moe(be, m->xn, L, m->ridx, m->rwts, has_shared ? m->d2 : NULL, m->d);
         }
         // ---- h += FFN, xn = rmsnorm(h) for the next layer's attention ----
         be->allreduce_add_rmsnorm(be, m->h, m->d, next_norm, c->norm_eps, T, D, m->xn);

@@ -76,8 +76,8 @@ static void p_router(k25_backend *be, const float *x, const k25_layer *L, int32_
     TIMED(K25_OPG_ROUTER, orig.router(be, x, L, idx, wts));
 }
 static void p_moe(k25_backend *be, const float *x, const k25_layer *L, const int32_t *idx,
-                  const float *wts, float *out) {
-    TIMED(K25_OPG_EXPERTS, orig.moe(be, x, L, idx, wts, out));
+                  const float *wts, const float *add, float *out) {
+    TIMED(K25_OPG_EXPERTS, orig.moe(be, x, L, idx, wts, add, out));
 }
 static void p_allreduce_sum(k25_backend *be, float *x, size_t n) {
     TIMED(K25_OPG_ALLREDUCE, orig.allreduce_sum(be, x, n));

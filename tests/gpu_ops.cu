@@ -617,8 +617,8 @@ static double moe_on_routing(pair *p, const k25_layer *Lc, const k25_layer *Lg, 
     p->cpu->to_device(p->cpu, ic, hic, sizeof(int32_t) * T * K);
     p->gpu->to_device(p->gpu, ig, hic, sizeof(int32_t) * T * K);
     dbuf_poison(p, y);
-    p->cpu->moe(p->cpu, x->c, Lc, ic, wts->c, y->c);
-    p->gpu->moe(p->gpu, x->g, Lg, ig, wts->g, y->g);
+    p->cpu->moe(p->cpu, x->c, Lc, ic, wts->c, NULL, y->c);
+    p->gpu->moe(p->gpu, x->g, Lg, ig, wts->g, NULL, y->g);
     p->gpu->sync(p->gpu);
     return dbuf_err(p, y, (size_t)T * D);
 }
@@ -675,10 +675,10 @@ static void check_moe(pair *p, int T) {
                "max |dw| %.2e", T, E, K, same, T, werr);
         // the MoE on the GPU router's own choices, right after it (where the router's launch
         // also ran the routing sort), against the CPU's MoE on the same choices and weights
-        p->gpu->moe(p->gpu, x.g, Lg, ig, wts.g, y.g);
+        p->gpu->moe(p->gpu, x.g, Lg, ig, wts.g, NULL, y.g);
         p->cpu->to_device(p->cpu, ic, hig, sizeof(int32_t) * T * K);
         p->cpu->to_device(p->cpu, wts.c, hwg, sizeof(float) * T * K);
-        p->cpu->moe(p->cpu, x.c, Lc, ic, wts.c, y.c);
+        p->cpu->moe(p->cpu, x.c, Lc, ic, wts.c, NULL, y.c);
         p->gpu->sync(p->gpu);
         double e = dbuf_err(p, &y, (size_t)T * D);
         report(e <= 1e-2, "moe after router T=%-4d (the GPU router's choices) rel=%.2e", T, e);
@@ -692,13 +692,32 @@ static void check_moe(pair *p, int T) {
         p->gpu->to_device(p->gpu, wts.g, hwc, sizeof(float) * T * K);
         dbuf_poison(p, &y);
         double t0 = k25_now_ms();
-        p->cpu->moe(p->cpu, x.c, Lc, ic, wts.c, y.c);
+        p->cpu->moe(p->cpu, x.c, Lc, ic, wts.c, NULL, y.c);
         double t1 = k25_now_ms();
-        p->gpu->moe(p->gpu, x.g, Lg, ig, wts.g, y.g);
+        p->gpu->moe(p->gpu, x.g, Lg, ig, wts.g, NULL, y.g);
         p->gpu->sync(p->gpu);
         double e = dbuf_err(p, &y, (size_t)T * D);
         report(e <= 1e-2, "moe            T=%-4d E=%d top_k=%d I_local=%lld D=%d rel=%.2e (cpu %.0f ms)",
                T, E, K, (long long)Lg->exp_gate[0].out, D, e, t1 - t0);
+        { // with the shared expert's addend, read by the combine: the same sums, then the add
+            const size_t td = (size_t)T * D;
+            float *ha = (float *)k25_malloc(sizeof(float) * td);
+            float *hy0 = (float *)k25_malloc(sizeof(float) * td);
+            float *hy1 = (float *)k25_malloc(sizeof(float) * td);
+            fill_randn(ha, td, 1.0f);
+            dbuf ad = dbuf_new(p, td);
+            dbuf_set(p, &ad, ha);
+            p->gpu->to_host(p->gpu, hy0, y.g, sizeof(float) * td);
+            p->gpu->moe(p->gpu, x.g, Lg, ig, wts.g, ad.g, y.g);
+            p->gpu->to_host(p->gpu, hy1, y.g, sizeof(float) * td);
+            size_t differ = 0;
+            for (size_t i = 0; i < td; i++) differ += hy1[i] != hy0[i] + ha[i];
+            report(differ == 0,
+                   "moe + add      T=%-4d %zu of %zu elements differ from moe, then + add", T,
+                   differ, td);
+            dbuf_free(p, &ad);
+            free(ha), free(hy0), free(hy1);
+        }
         // every row on the same K experts: long slot lists (several 32-token passes)
         const int step = (E - 1) / K > 0 ? (E - 1) / K : 1;
         for (int t = 0; t < T; t++)
@@ -727,6 +746,12 @@ static void check_moe(pair *p, int T) {
                    pass ? "one expert in every row, the rest uniform" : "rows from a pool of K..K+2 experts",
                    e);
         }
+        // each expert chosen twice in a row (the router's top-k never does; the op allows it):
+        // at one row every choice is its own item of one slot
+        for (int t = 0; t < T; t++)
+            for (int k = 0; k < K; k++) hic[t * K + k] = (1 + (k / 2) * step + t) % E;
+        e = moe_on_routing(p, Lc, Lg, &x, &wts, &y, ic, ig, hic, T, K, D);
+        report(e <= 1e-2, "moe duplicates T=%-4d (every expert twice in its row) rel=%.2e", T, e);
         // one token in every row, on the same experts with the same weights: every row's bits
         // must be row 0's. Above 16 rows an expert's slots are cut into several items, and which
         // rows land in which follows the routing sort's atomics.
@@ -739,7 +764,7 @@ static void check_moe(pair *p, int T) {
         p->gpu->to_device(p->gpu, x.g, hx, sizeof(float) * (size_t)T * D);
         p->gpu->to_device(p->gpu, wts.g, hwc, sizeof(float) * T * K);
         p->gpu->to_device(p->gpu, ig, hic, sizeof(int32_t) * T * K);
-        p->gpu->moe(p->gpu, x.g, Lg, ig, wts.g, y.g);
+        p->gpu->moe(p->gpu, x.g, Lg, ig, wts.g, NULL, y.g);
         float *hy = (float *)k25_malloc(sizeof(float) * (size_t)T * D);
         p->gpu->to_host(p->gpu, hy, y.g, sizeof(float) * (size_t)T * D);
         int differ = 0;
@@ -779,7 +804,7 @@ static void check_moe_bad_id(pair *p, int T) {
     int32_t *ig = (int32_t *)p->gpu->alloc(p->gpu, sizeof(int32_t) * T * K);
     p->gpu->to_device(p->gpu, ig, hi, sizeof(int32_t) * T * K);
     p->gpu->to_device(p->gpu, wts.g, hw, sizeof(float) * T * K);
-    p->gpu->moe(p->gpu, x.g, Lg, ig, wts.g, y.g);
+    p->gpu->moe(p->gpu, x.g, Lg, ig, wts.g, NULL, y.g);
     p->gpu->sync(p->gpu);
     report(0, "moe bad id     T=%-4d expert %d of %d: the step went on without an error", T, E, E);
     p->gpu->free(p->gpu, ig);

@@ -458,7 +458,7 @@ static void test_moe(k25_backend *be, k25_config *c) {
                 L.exp_up[e] = q4_slice(&up[e], r * w, w, 0, D, G);
                 L.exp_down[e] = q4_slice(&down[e], 0, D, r * w, w, G);
             }
-            be->moe(be, x, &L, idx, wts, out);
+            be->moe(be, x, &L, idx, wts, NULL, out);
             for (int i = 0; i < T * D; i++) part[i] += out[i];
             free_experts(L.exp_gate, E), free_experts(L.exp_up, E), free_experts(L.exp_down, E);
         }
@@ -476,8 +476,15 @@ static void test_moe(k25_backend *be, k25_config *c) {
         L.exp_up[e] = bf16_slice(&up[e], 0, I, 0, D);
         L.exp_down[e] = bf16_slice(&down[e], 0, D, 0, I);
     }
-    be->moe(be, x, &L, idx, wts, out);
+    be->moe(be, x, &L, idx, wts, NULL, out);
     check_close("MoE bf16 experts", out, ref, T * D, 2e-6);
+    // with an addend (the shared expert's output): the routed sum rounded, then the add
+    float add[T * D], out_add[T * D];
+    for (int i = 0; i < T * D; i++) add[i] = frand(1);
+    be->moe(be, x, &L, idx, wts, add, out_add);
+    int differ = 0;
+    for (int i = 0; i < T * D; i++) differ += out_add[i] != out[i] + add[i];
+    check("MoE with an addend: every element the routed sum + add", differ == 0);
     free_experts(L.exp_gate, E), free_experts(L.exp_up, E), free_experts(L.exp_down, E);
     for (int e = 0; e < E; e++) {
         q4 *qs[3] = {&gate[e], &up[e], &down[e]};
