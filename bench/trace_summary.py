@@ -11,7 +11,9 @@ For each batch size (rows) in the trace:
     dependent launch and of the second stream counted once;
   - with --layer, one layer's kernels in order (from after one attention kernel to the next, in
     the middle of the first step): start after the previous kernel's end (negative: overlap),
-    duration, frontier time, shared-memory configuration.
+    duration, frontier time, shared-memory configuration; then each of those kernels' median
+    frontier time over every layer of every step with the same kernel sequence (one layer's
+    figures move by tenths of a microsecond from layer to layer).
 """
 import argparse
 import csv
@@ -104,16 +106,24 @@ def summarize(rows, by_step, top, layer):
     print(f"| idle | | | {statistics.mean(idles):.1f} | "
           f"{100 * statistics.mean(idles) / span:.1f} | |\n")
     if layer:
-        print_layer(rows, by_step[min(by_step)], layer)
+        ref = print_layer(rows, by_step[min(by_step)], layer)
+        if ref:
+            print_layer_medians(by_step, layer, ref)
+
+
+def layer_bounds(ks, anchor):
+    """[lo, hi) of each layer of a step: after one anchor kernel up to and with the next."""
+    at = [i for i, k in enumerate(ks) if k["name"].startswith(anchor)]
+    return [(a + 1, b + 1) for a, b in zip(at, at[1:])]
 
 
 def print_layer(rows, ks, anchor):
-    at = [i for i, k in enumerate(ks) if k["name"].startswith(anchor)]
-    if len(at) < 2:
+    """The middle layer of the step ks; returns its kernel names (None without a layer)."""
+    bounds = layer_bounds(ks, anchor)
+    if not bounds:
         print(f"(no two '{anchor}' kernels in a {rows}-row step: no layer shown)\n")
-        return
-    m = len(at) // 2
-    lo, hi = at[m - 1] + 1, at[m] + 1
+        return None
+    lo, hi = bounds[(len(bounds) - 1) // 2]
     adds, _ = frontier(ks)
     print(f"One layer of a {rows}-row step (kernels {lo}-{hi - 1}, after one `{anchor}` kernel to "
           "the next):\n")
@@ -128,6 +138,26 @@ def print_layer(rows, ks, anchor):
               f"{k['end'] - k['start']:.2f} | {adds[i]:.2f} | {k['smem']} |")
     print(f"\nThe layer's span: {ks[hi - 1]['end'] - ks[lo - 1]['end']:.1f} us; its kernels' "
           f"frontier time {tot:.1f} us.\n")
+    return [k["name"] for k in ks[lo:hi]]
+
+
+def print_layer_medians(by_step, anchor, ref):
+    """Per position of the layer ref, the frontier time over every layer with ref's kernels."""
+    per = [[] for _ in ref]
+    for ks in by_step.values():
+        adds, _ = frontier(ks)
+        for lo, hi in layer_bounds(ks, anchor):
+            if [k["name"] for k in ks[lo:hi]] == ref:
+                for j in range(hi - lo):
+                    per[j].append(adds[lo + j])
+    n = len(per[0])
+    print(f"Frontier us of the same kernels over {n} layers with this sequence (median, min, max):\n")
+    print("| # | kernel | median | min | max |")
+    print("| ---: | --- | ---: | ---: | ---: |")
+    for j, name in enumerate(ref):
+        print(f"| {j} | `{name}` | {statistics.median(per[j]):.2f} | {min(per[j]):.2f} | "
+              f"{max(per[j]):.2f} |")
+    print(f"\nSum of the medians: {sum(statistics.median(p) for p in per):.1f} us.\n")
 
 
 def main():

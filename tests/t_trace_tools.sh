@@ -51,6 +51,12 @@ check "layer" "$out" \
     '| 5 | `e_kernel` | 7 | 1x1x1 | 256x1x1 | 0.00 | 2.00 | 2.00 | 16 |' \
     '| 6 | `mla_attn_mma_kernel` | 7 | 132x1x1 | 256x1x1 | 0.00 | 8.00 | 8.00 | 228 |' \
     "The layer's span: 10.0 us; its kernels' frontier time 10.0 us."
+# every layer of both steps with the shown layer's kernels: e adds 2 us, the attention 8
+check "layer medians" "$out" \
+    'Frontier us of the same kernels over 2 layers with this sequence (median, min, max):' \
+    '| 0 | `e_kernel` | 2.00 | 2.00 | 2.00 |' \
+    '| 1 | `mla_attn_mma_kernel` | 8.00 | 8.00 | 8.00 |' \
+    'Sum of the medians: 10.0 us.'
 check "4 rows" "$out" \
     '## 4 rows: 1 steps, span 9.0 us (min 9.0, max 9.0), idle between kernels 3.0 us, 2 kernels a step' \
     '| `f_kernel` | 2 | 3.00 | 6.0 | 66.7 | 0 |' \
