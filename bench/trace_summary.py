@@ -13,10 +13,13 @@ For each batch size (rows) in the trace:
     the middle of the first step): start after the previous kernel's end (negative: overlap),
     duration, frontier time, shared-memory configuration; then each of those kernels' median
     frontier time over every layer of every step with the same kernel sequence (one layer's
-    figures move by tenths of a microsecond from layer to layer).
+    figures move by tenths of a microsecond from layer to layer);
+  - with --against OTHER (another build's trace), those medians beside OTHER's for the same
+    row count, kernel by kernel (a kernel only one of them has gets a row of its own).
 """
 import argparse
 import csv
+import difflib
 import lzma
 import statistics
 import sys
@@ -41,7 +44,11 @@ def short_name(name):
 def load(path):
     steps = defaultdict(lambda: defaultdict(list))  # rows -> step -> kernels
     opener = lzma.open if path.endswith(".xz") else open  # committed traces are compressed
-    with opener(path, "rt", newline="") as f:
+    try:
+        f = opener(path, "rt", newline="")
+    except OSError as e:
+        sys.exit(f"{path}: {e.strerror or e}")
+    with f:
         for r in csv.DictReader(f):
             k = {
                 "start": int(r["start_ns"]) / 1000.0,
@@ -73,7 +80,7 @@ def frontier(ks):
     return adds, idle
 
 
-def summarize(rows, by_step, top, layer):
+def summarize(rows, by_step, top, layer, other=None):
     spans, idles, counts = [], [], []
     per = OrderedDict()
     for ks in by_step.values():
@@ -109,6 +116,8 @@ def summarize(rows, by_step, top, layer):
         ref = print_layer(rows, by_step[min(by_step)], layer)
         if ref:
             print_layer_medians(by_step, layer, ref)
+            if other:
+                print_against(by_step, other, layer, ref)
 
 
 def layer_bounds(ks, anchor):
@@ -117,13 +126,19 @@ def layer_bounds(ks, anchor):
     return [(a + 1, b + 1) for a, b in zip(at, at[1:])]
 
 
+def middle_layer(ks, anchor):
+    """[lo, hi) of the middle layer of the step ks, None without a layer."""
+    bounds = layer_bounds(ks, anchor)
+    return bounds[(len(bounds) - 1) // 2] if bounds else None
+
+
 def print_layer(rows, ks, anchor):
     """The middle layer of the step ks; returns its kernel names (None without a layer)."""
-    bounds = layer_bounds(ks, anchor)
-    if not bounds:
+    mid = middle_layer(ks, anchor)
+    if not mid:
         print(f"(no two '{anchor}' kernels in a {rows}-row step: no layer shown)\n")
         return None
-    lo, hi = bounds[(len(bounds) - 1) // 2]
+    lo, hi = mid
     adds, _ = frontier(ks)
     print(f"One layer of a {rows}-row step (kernels {lo}-{hi - 1}, after one `{anchor}` kernel to "
           "the next):\n")
@@ -141,8 +156,8 @@ def print_layer(rows, ks, anchor):
     return [k["name"] for k in ks[lo:hi]]
 
 
-def print_layer_medians(by_step, anchor, ref):
-    """Per position of the layer ref, the frontier time over every layer with ref's kernels."""
+def layer_frontiers(by_step, anchor, ref):
+    """Per position of the layer ref, its frontier times over every layer with ref's kernels."""
     per = [[] for _ in ref]
     for ks in by_step.values():
         adds, _ = frontier(ks)
@@ -150,8 +165,14 @@ def print_layer_medians(by_step, anchor, ref):
             if [k["name"] for k in ks[lo:hi]] == ref:
                 for j in range(hi - lo):
                     per[j].append(adds[lo + j])
+    return per
+
+
+def print_layer_medians(by_step, anchor, ref):
+    per = layer_frontiers(by_step, anchor, ref)
     n = len(per[0])
-    print(f"Frontier us of the same kernels over {n} layers with this sequence (median, min, max):\n")
+    print(f"Frontier us of the same kernels over {n} layers with this sequence "
+          "(median, min, max):\n")
     print("| # | kernel | median | min | max |")
     print("| ---: | --- | ---: | ---: | ---: |")
     for j, name in enumerate(ref):
@@ -160,18 +181,52 @@ def print_layer_medians(by_step, anchor, ref):
     print(f"\nSum of the medians: {sum(statistics.median(p) for p in per):.1f} us.\n")
 
 
+def print_against(by_step, other, anchor, ref):
+    """This trace's layer medians beside those of other (the same row count's steps)."""
+    ks = other[min(other)]
+    mid = middle_layer(ks, anchor)
+    if not mid:
+        print(f"(the other trace has no layer between '{anchor}' kernels)\n")
+        return
+    lo, hi = mid
+    oref = [k["name"] for k in ks[lo:hi]]
+    mine = [statistics.median(p) for p in layer_frontiers(by_step, anchor, ref)]
+    theirs = [statistics.median(p) for p in layer_frontiers(other, anchor, oref)]
+    print("Medians against the other trace (us; a kernel only one of them has: its own row):\n")
+    print("| # | kernel | this | other | this - other |")
+    print("| ---: | --- | ---: | ---: | ---: |")
+    match = difflib.SequenceMatcher(None, ref, oref, autojunk=False)
+    for op, i0, i1, j0, j1 in match.get_opcodes():
+        if op == "equal":
+            for i, j in zip(range(i0, i1), range(j0, j1)):
+                print(f"| {i} | `{ref[i]}` | {mine[i]:.2f} | {theirs[j]:.2f} | "
+                      f"{mine[i] - theirs[j]:+.2f} |")
+            continue
+        for i in range(i0, i1):
+            print(f"| {i} | `{ref[i]}` | {mine[i]:.2f} | — | |")
+        for j in range(j0, j1):
+            print(f"| | `{oref[j]}` | — | {theirs[j]:.2f} | |")
+    print(f"\nSums: this {sum(mine):.1f} us, other {sum(theirs):.1f} us, difference "
+          f"{sum(mine) - sum(theirs):+.1f} us.\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("trace", help="CSV written by k25bench --trace (or that CSV xz-compressed)")
     ap.add_argument("--top", type=int, default=25, help="kernels listed per batch size")
     ap.add_argument("--layer", default="mla_attn", metavar="NAME",
                     help="kernel that delimits the layer shown ('' for none)")
+    ap.add_argument("--against", metavar="OTHER",
+                    help="another trace: its layer medians beside these, per row count")
     a = ap.parse_args()
     steps = load(a.trace)
     if not steps:
         sys.exit(f"{a.trace}: no kernels in marked steps")
+    other = load(a.against) if a.against else {}
+    if a.against and not other:
+        sys.exit(f"{a.against}: no kernels in marked steps")
     for rows in sorted(steps):
-        summarize(rows, steps[rows], a.top, a.layer)
+        summarize(rows, steps[rows], a.top, a.layer, other.get(rows))
 
 
 if __name__ == "__main__":

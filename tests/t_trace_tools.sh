@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The kernel trace reader (bench/trace_summary.py) on a hand-written trace: the frontier time of
 # overlapping kernels (programmatic dependent launch, a second stream) counted once, idle time
-# between kernels, means over steps, one layer cut between two attention kernels, and a clear
-# error for a trace without kernels. Then k25bench's refusals of --trace where it cannot trace.
+# between kernels, means over steps, one layer cut between two attention kernels, its kernels'
+# medians over all layers and beside another trace's, and a clear error for a trace without
+# kernels. Then k25bench's refusals of --trace where it cannot trace.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -65,6 +66,28 @@ check "4 rows" "$out" \
 all=$(python3 bench/trace_summary.py "$tmp/trace.csv" --layer a_kernel)
 grep -qF '| `b_kernel` | 1 | 7.00 | 4.0 | 10.0 | 16 |' <<<"$all" && echo "ok   b's frontier: 5 then 3 us" \
     || { echo "FAIL: b's row: $(grep b_kernel <<<"$all" | head -1)"; fail=1; }
+
+# another build's trace: a g kernel between e and the second attention, which adds 1 us less
+{
+    grep -v 'mla_attn_mma_kernel(int)"$' "$tmp/trace.csv" | grep -v '^4,'
+    for s in 0 1; do
+        echo "1,$s,25000,30000,7,132x1x1,256x1x1,64,0,233472,\"mla_attn_mma_kernel(int)\""
+        echo "1,$s,32000,33000,7,1x1x1,32x1x1,16,0,0,\"g_kernel(int)\""
+        echo "1,$s,33000,40000,7,132x1x1,256x1x1,64,0,233472,\"mla_attn_mma_kernel(int)\""
+    done
+} >"$tmp/other.csv"
+vs=$(python3 bench/trace_summary.py "$tmp/trace.csv" --top 3 --against "$tmp/other.csv") \
+    || { echo "FAIL: --against exited non-zero"; fail=1; }
+check "against" "$vs" \
+    '| 0 | `e_kernel` | 2.00 | 2.00 | +0.00 |' \
+    '| | `g_kernel` | — | 1.00 | |' \
+    '| 1 | `mla_attn_mma_kernel` | 8.00 | 7.00 | +1.00 |' \
+    'Sums: this 10.0 us, other 10.0 us, difference +0.0 us.'
+
+if err=$(python3 bench/trace_summary.py "$tmp/trace.csv" --against "$tmp/missing.csv" 2>&1); then
+    echo "FAIL: a missing trace was accepted"; fail=1
+elif grep -qx "$tmp/missing.csv: No such file or directory" <<<"$err"; then echo "ok   $err"
+else echo "FAIL: unclear error: $err"; fail=1; fi
 
 head -1 "$tmp/trace.csv" >"$tmp/empty.csv"
 if err=$(python3 bench/trace_summary.py "$tmp/empty.csv" 2>&1); then echo "FAIL: an empty trace was accepted"; fail=1
