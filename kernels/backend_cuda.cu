@@ -842,25 +842,24 @@ static void cuda_moe(k25_backend *be, const float *x, const k25_layer *L, const 
     // router's launch may have run it already
     if (c->sorted_idx != idx) k25k_moe_sort(idx, T, K, E, I, D, c->num_sms, &c->route, c->stream);
     c->sorted_idx = NULL;
+    const int *down_splits = NULL; // the down GEMM's split count on the device, NULL for one
     if (m->int4) {
         // gate+up with the split reduction and SiLU*up fused (ws_h), then down
         k25k_moe_w4a16_gemm(m->gu_w, m->gu_s, E, 2 * I, D, 1, x, D, c->route.slot_token, &c->route,
                             T, K, c->num_sms, c->ws_part1, c->ws_h, c->stream);
         k25k_moe_w4a16_gemm(m->dn_w, m->dn_s, E, D, I, 0, c->ws_h, I, NULL, &c->route, T, K,
                             c->num_sms, c->ws_part2, NULL, c->stream);
-        if (add) cuda_join(be); // the shared expert's branch: only the combine reads its output
-        k25k_moe_combine(c->ws_part2, c->route.plan + 2, A, D, c->route.slot_of, wts, T, K, add,
-                         out, c->stream);
+        down_splits = c->route.plan + 2;
     } else {
         k25k_moe_bf16_gemm(m->gate, m->up, 2 * I, D, 1, x, D, c->route.slot_token, &c->route,
                            max_active, A, c->ws_part1, c->stream);
         k25k_moe_gate_up_reduce(c->ws_part1, NULL, A, I, c->ws_h, c->stream);
         k25k_moe_bf16_gemm(m->down, NULL, D, I, 0, c->ws_h, I, NULL, &c->route, max_active, A,
                            c->ws_part2, c->stream);
-        if (add) cuda_join(be);
-        k25k_moe_combine(c->ws_part2, NULL, A, D, c->route.slot_of, wts, T, K, add, out,
-                         c->stream);
     }
+    if (add) cuda_join(be); // the shared expert's branch: only the combine reads its output
+    k25k_moe_combine(c->ws_part2, down_splits, A, D, c->route.slot_of, wts, T, K, add, out,
+                     c->stream);
 }
 
 static void cuda_allreduce_sum(k25_backend *be, float *x, size_t n) {

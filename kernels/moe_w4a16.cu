@@ -999,7 +999,7 @@ void k25k_moe_combine(const float *part, const int *n_splits, int A, int D, cons
                       cudaStream_t s) {
     if (T <= 0) return;
     const size_t n = (size_t)T * D;
-    const bool v4 = k25_vec4((size_t)D, {part, out}) && (!add || k25_vec4((size_t)D, {add}));
+    const bool v4 = k25_vec4((size_t)D, {part, out, add}); // a NULL add passes
     if (T == 1 && top_k <= 8) {
         if (v4)
             k25_launch("moe_combine", moe_combine_one_kernel<4>, (int)k25_cdiv(D / 4, 128), 128,
