@@ -54,14 +54,17 @@ __host__ __device__ static inline void moe_plan(int N, int K, int items, int tar
 
 // What the routing sort makes its items and plans for: the resident GEMM blocks (target), the
 // average slots from which items count as long (0: never), the most slots per item
-// (K25K_MOE_PASS, or K25K_MOE_PASS_MIN), and over_all: the plans over-split every step, as those
-// of long items (moe_plan's over), not only those.
+// (K25K_MOE_PASS, or K25K_MOE_PASS_MIN), over_all: the plans over-split every step, as those
+// of long items (moe_plan's over), not only those; one_plan: a one-row step's plans (gate+up's
+// split count and k-blocks per split, then down's), which do not depend on the routing.
 struct moe_sort_opts {
     int target, long_slots, pass, over_all;
+    int one_plan[4];
 };
-// The options of a step of T rows, from the knobs (moe_w4a16.cu): the same for the routing
-// sort's own kernel and the router's fused one.
-moe_sort_opts k25k_moe_sort_opts(int T, int num_sms);
+// The options of a step of T rows (top_k choices each; experts of I x D), from the knobs
+// (moe_w4a16.cu): the same for the routing sort's own kernel, the router's fused one and the
+// one-row GEMMs.
+moe_sort_opts k25k_moe_sort_opts(int T, int top_k, int I, int D, int num_sms);
 
 // The plan the routing sort writes for one of a step's two GEMMs (N x K): for the step's items,
 // at least ceil(A / K25K_MOE_PASS) (the fewest items and so the largest plans the workspaces are
@@ -77,77 +80,9 @@ __host__ __device__ static inline void moe_step_plan(int N, int K, int run_items
              kb_per_split);
 }
 
-// The most choices of a one-row step that moe_route_one and the one-row GEMMs take (a warp's
-// lanes); more go through the general sort and GEMMs.
+// The most choices of a one-row step that the one-row GEMMs take (a warp's lanes, see
+// moe_w4a16.cu); more go through the general GEMMs.
 #define K25K_MOE_ONE_MAX_K 32
-
-// One row (top_k <= K25K_MOE_ONE_MAX_K choices): what moe_route_block writes, without its
-// counting pass, scan and their barriers (one barrier here). Every choice is an item of one
-// slot, item i slot i, in ascending expert order (a choice's rank among the valid ones, ties by
-// choice), as the one-row GEMMs read them; an expert's offset is the count of valid choices
-// below it. Two choices of the same expert (never from the router's top-k) are two items here,
-// where the general sort would make one item of two slots, which the one-row GEMMs do not read.
-static __device__ __forceinline__ void moe_route_one(const int32_t *idx, int top_k, int E, int I,
-                                                     int D, const moe_sort_opts &o,
-                                                     const k25k_moe_route &r) {
-    __shared__ int ids[K25K_MOE_ONE_MAX_K]; // -1: an invalid choice
-    __shared__ int n_valid;
-    if (threadIdx.x < 32) {
-        const int lane = threadIdx.x;
-        int e = lane < top_k ? __ldcg(idx + lane) : -1;
-        const bool valid = lane < top_k && e >= 0 && e < E;
-        if (!valid) e = -1;
-        int rank = 0, earlier = 0; // earlier: choices before this one of the same expert
-        for (int j = 0; j < top_k; j++) {
-            const int f = __shfl_sync(0xffffffffu, e, j);
-            rank += f >= 0 && (f < e || (f == e && j < lane));
-            earlier += f == e && j < lane;
-        }
-        const bool first = valid && earlier == 0; // the expert's active entry
-        int act = 0;
-        for (int j = 0; j < top_k; j++) {
-            const int f = __shfl_sync(0xffffffffu, e, j);
-            act += __shfl_sync(0xffffffffu, first, j) && f < e;
-        }
-        if (lane < top_k) ids[lane] = e;
-        const unsigned n = __popc(__ballot_sync(0xffffffffu, valid));
-        const unsigned n_first = __popc(__ballot_sync(0xffffffffu, first));
-        if (lane == 0) {
-            n_valid = (int)n;
-            *r.n_active = (int)n_first;
-            *r.n_items = (int)n;
-        }
-        if (valid) {
-            r.slot_of[lane] = rank;
-            r.slot_token[rank] = 0;
-            r.item_expert[rank] = e;
-            r.item_p0[rank] = (rank << W4_ITEM_BITS) | 1;
-            if (first) r.active[act] = e;
-        } else if (lane < top_k) {
-            r.slot_of[lane] = -1;
-            atomicExch(r.err, 1);
-        }
-    }
-    __syncthreads();
-    const int nv = n_valid;
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
-        int below = 0, here = 0;
-        for (int k = 0; k < top_k; k++) {
-            const int f = ids[k];
-            below += f >= 0 && f < e;
-            here += f == e;
-        }
-        r.offsets[e] = below;
-        r.counts[e] = here;
-    }
-    if (threadIdx.x == 0) {
-        r.offsets[E] = nv;
-        for (int i = nv; i < top_k; i++) r.item_expert[i] = -1; // skipped by the one-row GEMMs
-        moe_step_plan(2 * I, D, nv, top_k, top_k, false, o, &r.plan[0], &r.plan[1]);
-    }
-    if (threadIdx.x == (blockDim.x > 32 ? 32 : 0))
-        moe_step_plan(D, I, nv, top_k, top_k, false, o, &r.plan[2], &r.plan[3]);
-}
 
 // One block. counts/offsets per expert, the active experts in ascending id, and for every
 // choice a = t*top_k + k its slot (position in the expert-sorted list) and the slot's token.
@@ -157,18 +92,20 @@ static __device__ __forceinline__ void moe_route_one(const int32_t *idx, int top
 // is cut into items of equal size (one more slot in the first ones), so that none is short
 // enough for the GEMM to pack hi and lo into one n-tile (at most 4 slots), whose sums round
 // differently from the lo tile's: which tokens a short last item held followed the atomics.
-// Last, two warps write the split plans of the two GEMMs (moe_step_plan). One row goes to
-// moe_route_one (item i is slot i, which the GEMMs of one row rely on). idx is read with
-// coherent loads: in the router's kernel the same block has just written it. sm: 2 * E ints of
-// shared memory (k25k_moe_route_smem).
+// Last, two warps write the split plans of the two GEMMs (moe_step_plan), or, for one row,
+// thread 0 the host's (o.one_plan). One row's items are each one slot, in expert order, so that
+// item i is slot i (which the one-row GEMMs rely on, even where an expert is chosen twice; every
+// slot holds the one token, so no rounding follows the atomics), and its items past the valid
+// choices are marked -1 (the one-row GEMMs run top_k of them).
+// SM_IDX: idx is in shared memory (the router's kernel, whose warps have just chosen the ids:
+// read twice, the global copy cost two L2 round trips); otherwise the previous kernel's output,
+// read with coherent loads. sm: 2 * E ints of shared memory (k25k_moe_route_smem).
+template <bool SM_IDX>
 static __device__ __forceinline__ void moe_route_block(const int32_t *idx, int A, int top_k,
                                                        int E, int I, int D, moe_sort_opts o,
                                                        const k25k_moe_route &r, int *sm) {
-    if (A == top_k && top_k <= K25K_MOE_ONE_MAX_K) {
-        moe_route_one(idx, top_k, E, I, D, o, r);
-        return;
-    }
-    const int pass = o.pass;
+    const bool one_row = A == top_k;
+    const int pass = one_row ? 1 : o.pass;
     int *cnt = sm, *fill = sm + E;
     __shared__ unsigned long long tot[32];
     __shared__ int run_slots, run_active, run_items;
@@ -176,7 +113,7 @@ static __device__ __forceinline__ void moe_route_block(const int32_t *idx, int A
     if (threadIdx.x == 0) run_slots = run_active = run_items = 0;
     __syncthreads();
     for (int a = threadIdx.x; a < A; a += blockDim.x) {
-        int e = __ldcg(idx + a);
+        const int e = SM_IDX ? idx[a] : __ldcg(idx + a);
         if (e >= 0 && e < E)
             atomicAdd(&cnt[e], 1);
         else
@@ -257,15 +194,23 @@ static __device__ __forceinline__ void moe_route_block(const int32_t *idx, int A
         *r.n_active = run_active;
         *r.n_items = run_items;
     }
-    // the two plans side by side in two warps where the block has them (a chain of divisions)
-    const int down_plan_thread = blockDim.x > 32 ? 32 : 0;
-    if (threadIdx.x == 0)
-        moe_step_plan(2 * I, D, run_items, A, top_k, by_length, o, &r.plan[0], &r.plan[1]);
-    if (threadIdx.x == down_plan_thread)
-        moe_step_plan(D, I, run_items, A, top_k, by_length, o, &r.plan[2], &r.plan[3]);
+    if (one_row) {
+        if (threadIdx.x == 0)
+            for (int p = 0; p < 4; p++) r.plan[p] = o.one_plan[p];
+        for (int i = run_items + (int)threadIdx.x; i < top_k; i += blockDim.x)
+            r.item_expert[i] = -1;
+    } else {
+        // the two plans side by side in two warps where the block has them (a chain of
+        // divisions)
+        const int down_plan_thread = blockDim.x > 32 ? 32 : 0;
+        if (threadIdx.x == 0)
+            moe_step_plan(2 * I, D, run_items, A, top_k, by_length, o, &r.plan[0], &r.plan[1]);
+        if (threadIdx.x == down_plan_thread)
+            moe_step_plan(D, I, run_items, A, top_k, by_length, o, &r.plan[2], &r.plan[3]);
+    }
     __syncthreads();
     for (int a = threadIdx.x; a < A; a += blockDim.x) {
-        int e = __ldcg(idx + a);
+        const int e = SM_IDX ? idx[a] : __ldcg(idx + a);
         if (e >= 0 && e < E) {
             int pos = atomicAdd(&fill[e], 1);
             r.slot_token[pos] = a / top_k;

@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(1024) moe_route_kernel(const int32_t *__restri
                                                          k25k_moe_route r) {
     extern __shared__ int sm[];
     k25_pdl_wait();
-    moe_route_block(idx, A, top_k, E, I, D, o, r, sm);
+    moe_route_block<false>(idx, A, top_k, E, I, D, o, r, sm);
     k25_pdl_trigger();
 }
 
@@ -104,9 +104,15 @@ size_t k25k_moe_route_smem(int A, int E) {
     return smem;
 }
 
-moe_sort_opts k25k_moe_sort_opts(int T, int num_sms) {
+moe_sort_opts k25k_moe_sort_opts(int T, int top_k, int I, int D, int num_sms) {
     const moe_knobs &k = moe_knobs_read();
-    return {k25k_moe_route_target(T, num_sms), k.long_slots, moe_pass(T), T > k.over_rows};
+    moe_sort_opts o = {k25k_moe_route_target(T, num_sms), k.long_slots, moe_pass(T),
+                       T > k.over_rows, {0, 0, 0, 0}};
+    if (T == 1) { // top_k items whatever the ids (moe_step_plan): no division on the device
+        moe_step_plan(2 * I, D, top_k, top_k, top_k, false, o, &o.one_plan[0], &o.one_plan[1]);
+        moe_step_plan(D, I, top_k, top_k, top_k, false, o, &o.one_plan[2], &o.one_plan[3]);
+    }
+    return o;
 }
 
 void k25k_moe_sort(const int32_t *idx, int T, int top_k, int E, int I, int D, int num_sms,
@@ -114,7 +120,7 @@ void k25k_moe_sort(const int32_t *idx, int T, int top_k, int E, int I, int D, in
     int A = T * top_k;
     if (A <= 0) return;
     k25_launch("moe_route", moe_route_kernel, 1, 1024, k25k_moe_route_smem(A, E), s, idx, A,
-               top_k, E, I, D, k25k_moe_sort_opts(T, num_sms), *r);
+               top_k, E, I, D, k25k_moe_sort_opts(T, top_k, I, D, num_sms), *r);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -349,9 +355,9 @@ __device__ __forceinline__ void gate_up_tail(const float *__restrict__ part,
 // Registers: at most 128 for NTT <= 2 (4 blocks per SM), 168 for NTT = 4 (3 per SM); the few
 // spills (16-100 bytes) are loop-invariant addresses, outside the chunk loop.
 // ONE: a step of one row (A = top_k <= K25K_MOE_ONE_MAX_K choices). Its plan is the host's
-// (one_splits splits, the plan moe_route_one writes for top_k items), item i is slot i, and
-// every slot's activation row is row 0 (gate_up) or its own: after the wait, a unit loads only
-// its expert (-1 for an item that invalid ids left out, moe_route_one), where the other steps
+// (one_splits splits, the one the routing sort writes), item i is slot i, and every slot's
+// activation row is row 0 (gate_up) or its own: after the wait, a unit loads only its expert
+// (-1 for an item that invalid ids left out, moe_route_block), where the other steps
 // first load the plan, then the item, then the slot's token, then its activations, each load
 // waiting for the one before it (four L2 round trips ahead of the staging at batch 1;
 // bench/NOTES.md).
@@ -752,9 +758,10 @@ void k25k_moe_w4a16_gemm(const uint32_t *Wt, const uint16_t *St, int E, int N, i
     const uint2 *s2 = reinterpret_cast<const uint2 *>(St);
     const int ntt = w4_ntt(T);
     if (T == 1 && top_k <= K25K_MOE_ONE_MAX_K) {
-        // the plan moe_route_one writes (top_k items, never long)
-        int ns, kbs;
-        moe_step_plan(N, K, A, A, top_k, false, k25k_moe_sort_opts(T, num_sms), &ns, &kbs);
+        // the plan the routing sort writes (k25k_moe_sort_opts)
+        const moe_sort_opts o = k25k_moe_sort_opts(T, top_k, gate_up ? N / 2 : K,
+                                                   gate_up ? K : N, num_sms);
+        const int ns = o.one_plan[gate_up ? 0 : 2];
         w4_launch<1, true>(w4, s2, w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, r, A,
                            (int)(rbs * A * ns), num_sms, part, h, ns, s);
     } else if (ntt == 1)

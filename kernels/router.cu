@@ -117,13 +117,14 @@ __device__ __forceinline__ uint32_t kept_by_groups(const float (&sel)[NPL], int 
     return kept;
 }
 
-// Row t's choices into idx / wts, by one warp: lane holds experts j*32 + lane, j < NPL
-// (coalesced loads), b the bias of those experts.
+// Row t's choices into idx / wts (and sidx, the same layout in shared memory, when not NULL),
+// by one warp: lane holds experts j*32 + lane, j < NPL (coalesced loads), b the bias of those
+// experts.
 template <int NPL, bool LO>
 __device__ __forceinline__ void topk_row(const float *logits, const float *logits_lo,
                                          const float (&b)[NPL], int t, int E, int G,
                                          int topk_group, int top_k, int norm_topk, float scale,
-                                         int32_t *idx, float *wts) {
+                                         int32_t *idx, float *wts, int32_t *sidx) {
     const int lane = threadIdx.x & 31;
     const float *lg = logits + (size_t)t * E; // [E]
     // every load issued before the first use: the division's slow path is a branch, and loads
@@ -178,6 +179,7 @@ __device__ __forceinline__ void topk_row(const float *logits, const float *logit
         double w = (double)s;
         if (norm_topk) w /= sum + 1e-20;
         idx[(size_t)t * top_k + lane] = chosen;
+        if (sidx) sidx[t * top_k + lane] = chosen;
         wts[(size_t)t * top_k + lane] = (float)(w * scale);
     }
 }
@@ -209,19 +211,25 @@ __global__ void __launch_bounds__(SORT ? 512 : 32 * kRowsPerBlock)
     int32_t drawn[kMaxTopK];
     const bool draw = uni.pos && t < T && lane == 0;
     if (draw) k25_uniform_experts(uni.layer, uni.seq[t], uni.pos[t], top_k, E, drawn);
+    // SORT: the ids also in shared memory, where the sort reads them (T <= kRowsPerBlock)
+    __shared__ int32_t sort_idx[SORT ? kRowsPerBlock * 32 : 1];
+    int32_t *const sidx = SORT ? sort_idx : nullptr;
     k25_pdl_wait();
     if (t < T) {
         topk_row<NPL, LO>(logits, logits_lo, b, t, E, G, topk_group, top_k, norm_topk, scale, idx,
-                      wts);
+                          wts, sidx);
         if (uni.pos) { // the row's ids replaced (one lane, after the others wrote)
             __syncwarp();
-            for (int k = 0; draw && k < top_k; k++) idx[(size_t)t * top_k + k] = drawn[k];
+            for (int k = 0; draw && k < top_k; k++) {
+                idx[(size_t)t * top_k + k] = drawn[k];
+                if (SORT) sidx[t * top_k + k] = drawn[k];
+            }
         }
     }
     if constexpr (SORT) {
         extern __shared__ int sort_sm[];
-        __syncthreads(); // every row's idx written (and visible to the block)
-        moe_route_block(idx, T * top_k, top_k, E, I, D, o, r, sort_sm);
+        __syncthreads(); // every row's ids written
+        moe_route_block<true>(sidx, T * top_k, top_k, E, I, D, o, r, sort_sm);
     }
     if (trigger_late) k25_pdl_trigger();
 }
@@ -377,7 +385,8 @@ static void launch_warp(const float *logits, const float *logits_lo, const float
         k25_launch("router_topk_sort", kernel, 1, threads,
                    k25k_moe_route_smem(T * top_k, E), s, logits, logits_lo, bias, T, E, G,
                    topk_group, top_k, norm_topk, scale, idx, wts, *sort->r, sort->I, sort->D,
-                   k25k_moe_sort_opts(T, sort->num_sms), uni, T <= kLateTriggerRows);
+                   k25k_moe_sort_opts(T, top_k, sort->I, sort->D, sort->num_sms), uni,
+                   T <= kLateTriggerRows);
         return;
     }
     auto *kernel = logits_lo ? router_topk_warp_kernel<NPL, false, true>
