@@ -62,10 +62,14 @@ template <int NPL> __device__ __forceinline__ uint64_t lane_best(const uint64_t 
     return t[0];
 }
 
+// The warp's largest key, on every lane: the largest high word, then the largest low word among
+// the lanes that hold it (two warp reductions in hardware, where a butterfly of 64-bit shuffles
+// was five dependent steps of two shuffles each, on the top-k's serial path every round).
 __device__ __forceinline__ uint64_t warp_best_key(uint64_t k) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) k = key_max(k, __shfl_xor_sync(0xffffffffu, k, o));
-    return k;
+    const unsigned hi = (unsigned)(k >> 32), lo = (unsigned)k;
+    const unsigned best_hi = __reduce_max_sync(0xffffffffu, hi);
+    const unsigned best_lo = __reduce_max_sync(0xffffffffu, hi == best_hi ? lo : 0u);
+    return (uint64_t)best_hi << 32 | best_lo;
 }
 
 // Group-limited routing on the warp: which of the lane's candidates (bit j: expert j*32 + lane)
