@@ -5,7 +5,7 @@
 //
 // Two kernels with the same results. The warp kernel (one warp per row, E <= 1024 experts,
 // n_group <= 32, top_k <= 32: every configuration we run) holds a row's scores in registers
-// and chooses with shuffles only: a selection round is one 5-step warp reduction, no block
+// and chooses within the warp: a selection round is two hardware warp reductions, no block
 // barrier. The block kernel (one block of 256 threads per row, scores in shared memory) covers
 // the larger shapes; K25_ROUTER_BLOCK=1 forces it (A/B runs, and the check of that path).
 // Where one block of the warp kernel holds every row (up to 4: batch 1, short verification
