@@ -115,9 +115,9 @@ def summarize(rows, by_step, top, layer, other=None):
     if layer:
         ref = print_layer(rows, by_step[min(by_step)], layer)
         if ref:
-            print_layer_medians(by_step, layer, ref)
+            mine = print_layer_medians(by_step, layer, ref)
             if other:
-                print_against(by_step, other, layer, ref)
+                print_against(other, layer, ref, mine)
 
 
 def layer_bounds(ks, anchor):
@@ -169,6 +169,7 @@ def layer_frontiers(by_step, anchor, ref):
 
 
 def print_layer_medians(by_step, anchor, ref):
+    """Prints the medians (with min and max) of the layer ref's kernels; returns the medians."""
     per = layer_frontiers(by_step, anchor, ref)
     n = len(per[0])
     print(f"Frontier us of the same kernels over {n} layers with this sequence "
@@ -178,11 +179,14 @@ def print_layer_medians(by_step, anchor, ref):
     for j, name in enumerate(ref):
         print(f"| {j} | `{name}` | {statistics.median(per[j]):.2f} | {min(per[j]):.2f} | "
               f"{max(per[j]):.2f} |")
-    print(f"\nSum of the medians: {sum(statistics.median(p) for p in per):.1f} us.\n")
+    medians = [statistics.median(p) for p in per]
+    print(f"\nSum of the medians: {sum(medians):.1f} us.\n")
+    return medians
 
 
-def print_against(by_step, other, anchor, ref):
-    """This trace's layer medians beside those of other (the same row count's steps)."""
+def print_against(other, anchor, ref, mine):
+    """This trace's layer medians (mine, of ref's kernels) beside those of other (the same row
+    count's steps)."""
     ks = other[min(other)]
     mid = middle_layer(ks, anchor)
     if not mid:
@@ -190,7 +194,6 @@ def print_against(by_step, other, anchor, ref):
         return
     lo, hi = mid
     oref = [k["name"] for k in ks[lo:hi]]
-    mine = [statistics.median(p) for p in layer_frontiers(by_step, anchor, ref)]
     theirs = [statistics.median(p) for p in layer_frontiers(other, anchor, oref)]
     print("Medians against the other trace (us; a kernel only one of them has: its own row):\n")
     print("| # | kernel | this | other | this - other |")

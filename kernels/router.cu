@@ -215,7 +215,8 @@ __global__ void __launch_bounds__(SORT ? 512 : 32 * kRowsPerBlock)
     int32_t drawn[kMaxTopK];
     const bool draw = uni.pos && t < T && lane == 0;
     if (draw) k25_uniform_experts(uni.layer, uni.seq[t], uni.pos[t], top_k, E, drawn);
-    // SORT: the ids also in shared memory, where the sort reads them (T <= kRowsPerBlock)
+    // SORT: the ids also in shared memory, where the sort reads them (T <= kRowsPerBlock rows,
+    // top_k <= 32 choices each: a lane's each)
     __shared__ int32_t sort_idx[SORT ? kRowsPerBlock * 32 : 1];
     int32_t *const sidx = SORT ? sort_idx : nullptr;
     k25_pdl_wait();
