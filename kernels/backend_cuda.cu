@@ -813,7 +813,7 @@ static void cuda_router(k25_backend *be, const float *x, const k25_layer *L, int
                                            bf16_dev(&L->router, (int64_t)E * D), c->T, E, D,
                                            c->ws_logits, c->stream);
     // the routing sort of the moe call that follows in the same launch where one block holds
-    // every row (batch 1 and short verification steps): one launch fewer per layer
+    // every row (up to 16 rows: decode batches, verification steps): one launch fewer per layer
     const moe_dev *m = (const moe_dev *)L->backend_data;
     const k25k_route_sort sort = {&c->route, m ? m->I : 0, m ? m->D : 0, c->num_sms};
     const k25k_uniform uni = {c->d_pos, c->d_seq, L->index};

@@ -8,9 +8,10 @@
 // and chooses within the warp: a selection round is two hardware warp reductions, no block
 // barrier. The block kernel (one block of 256 threads per row, scores in shared memory) covers
 // the larger shapes; K25_ROUTER_BLOCK=1 forces it (A/B runs, and the check of that path).
-// Where one block of the warp kernel holds every row (up to 4: batch 1, short verification
-// steps), it also runs the MoE routing sort of the choices after a block barrier
-// (moe_route.cuh), which saves the sort's own launch on the critical path of every MoE layer.
+// Up to kSortRows rows (decode batches up to 16, verification steps) one block of the warp
+// kernel, a warp per row, holds every row and also runs the MoE routing sort of the choices
+// after a block barrier (moe_route.cuh), which saves the sort's own launch on the critical path
+// of every MoE layer.
 #include <stdlib.h>
 
 #include <algorithm>
@@ -28,7 +29,8 @@
 // agree on every non-NaN input (the order is total); with NaN scores the block kernel's choice
 // depends on its scan order anyway, here a NaN with the sign bit clear ranks first.
 
-constexpr int kRowsPerBlock = 4; // warps (rows) per block of the warp kernel
+constexpr int kRowsPerBlock = 4; // warps (rows) per block of the warp kernel without the sort
+constexpr int kSortRows = 16;     // the most rows of the sorting block (a warp each, 512 threads)
 constexpr int kMaxTopK = 64;      // k25k_router_topk refuses more
 // The routed experts' GEMM follows the sorting launch. Its resident blocks fill every SM's
 // registers, and launched early (PDL) they wait there for the sort and keep the shared expert's
@@ -36,8 +38,10 @@ constexpr int kMaxTopK = 64;      // k25k_router_topk refuses more
 // rows the sorting launch triggers that GEMM only at its end, so the shared expert runs beside
 // the router instead: 1-1.7% faster a step at 1 row, 0.6-1.1% at 2; at 3 and 4 rows ~1% slower
 // (there the shared expert's kernels slow the router's more than the overlap gains:
-// bench/NOTES.md, sixteenth round).
+// bench/NOTES.md, sixteenth round). Above kRowsPerBlock rows the trigger is late again, as the
+// sort's own kernel triggered when it was a launch of its own there.
 constexpr int kLateTriggerRows = 2;
+static bool sort_trigger_late(int T) { return T <= kLateTriggerRows || T > kRowsPerBlock; }
 
 __device__ __forceinline__ uint64_t choice_key(float v, int e) {
     uint32_t u = __float_as_uint(v);
@@ -188,13 +192,14 @@ __device__ __forceinline__ void topk_row(const float *logits, const float *logit
     }
 }
 
-// Block of kRowsPerBlock warps (SORT: of every row of the step, and more warps for the sort),
-// warp w: row blockIdx.x * kRowsPerBlock + w. The bias is a weight: it is loaded before the
-// wait, while the router GEMV still runs; the logits (that GEMV's output) are read after it,
-// with coherent loads like the bias (see the PDL rules in cuda_common.cuh). trigger_late: the
-// next kernel is triggered at the end, not at the start (kLateTriggerRows). LO: the logits are
-// logits + logits_lo (above the GEMV's rows, never with SORT; a template argument so that the
-// decode kernels keep their code).
+// Block of kRowsPerBlock warps, warp w: row blockIdx.x * kRowsPerBlock + w; SORT: the one block,
+// warp w: row w of every row of the step (up to kSortRows), and more warps for the sort. The
+// bias is a weight: it is loaded before the wait, while the router's projection still runs; the
+// logits (its output) are read after it, with coherent loads like the bias (see the PDL rules in
+// cuda_common.cuh). trigger_late: the
+// next kernel is triggered at the end, not at the start (sort_trigger_late). LO: the logits are
+// logits + logits_lo (above the GEMV's rows; a template argument so that the kernels of the
+// GEMV's rows keep their code).
 template <int NPL, bool SORT, bool LO>
 __global__ void __launch_bounds__(SORT ? 512 : 32 * kRowsPerBlock)
     router_topk_warp_kernel(const float *logits, const float *logits_lo, const float *bias, int T,
@@ -203,32 +208,28 @@ __global__ void __launch_bounds__(SORT ? 512 : 32 * kRowsPerBlock)
                             k25k_moe_route r, int I, int D, moe_sort_opts o, k25k_uniform uni,
                             int trigger_late) {
     const int lane = threadIdx.x & 31;
-    const int t = blockIdx.x * kRowsPerBlock + (threadIdx.x >> 5);
+    const int t = (SORT ? 0 : blockIdx.x * kRowsPerBlock) + (threadIdx.x >> 5);
     if (!trigger_late) k25_pdl_trigger();
     float b[NPL];
 #pragma unroll
     for (int j = 0; j < NPL; j++) b[j] = j * 32 + lane < E ? __ldcg(bias + j * 32 + lane) : 0.0f;
     // Benchmarks' uniform routing: the row's ids are a function of step inputs (uploaded before
-    // the step's first kernel), so lane 0 draws them before the wait, while the router GEMV runs.
-    // After it they were the longest part of this kernel at batch 1 (~3.7 us of ~11: one
-    // thread's serial draws), a cost of the benchmark's instrument, not of the model.
-    int32_t drawn[kMaxTopK];
-    const bool draw = uni.pos && t < T && lane == 0;
-    if (draw) k25_uniform_experts(uni.layer, uni.seq[t], uni.pos[t], top_k, E, drawn);
-    // SORT: the ids also in shared memory, where the sort reads them (T <= kRowsPerBlock rows,
+    // the step's first kernel), so the warp draws them before the wait, while the router's
+    // projection runs (lane k the k-th): a cost of the benchmark's instrument, not of the model.
+    const int drawn = uni.pos && t < T ? k25_uniform_experts_warp(uni.layer, uni.seq[t],
+                                                                  uni.pos[t], top_k, E)
+                                       : -1;
+    // SORT: the ids also in shared memory, where the sort reads them (T <= kSortRows rows,
     // top_k <= 32 choices each: a lane's each)
-    __shared__ int32_t sort_idx[SORT ? kRowsPerBlock * 32 : 1];
+    __shared__ int32_t sort_idx[SORT ? kSortRows * 32 : 1];
     int32_t *const sidx = SORT ? sort_idx : nullptr;
     k25_pdl_wait();
     if (t < T) {
         topk_row<NPL, LO>(logits, logits_lo, b, t, E, G, topk_group, top_k, norm_topk, scale, idx,
                           wts, sidx);
-        if (uni.pos) { // the row's ids replaced (one lane, after the others wrote)
-            __syncwarp();
-            for (int k = 0; draw && k < top_k; k++) {
-                idx[(size_t)t * top_k + k] = drawn[k];
-                if (SORT) sidx[t * top_k + k] = drawn[k];
-            }
+        if (uni.pos && lane < top_k) { // the row's ids replaced (lane k wrote the k-th)
+            idx[(size_t)t * top_k + lane] = drawn;
+            if (SORT) sidx[t * top_k + lane] = drawn;
         }
     }
     if constexpr (SORT) {
@@ -375,8 +376,8 @@ __global__ void __launch_bounds__(256) router_topk_kernel(const float *__restric
 // Launcher
 // ------------------------------------------------------------------------------------------
 
-// sort: the routing sort in the same launch, every row in one block (T <= kRowsPerBlock), with
-// enough warps for the sort's pass over the experts (one warp per 32 of them, up to 16).
+// sort: the routing sort in the same launch, every row in one block (T <= kSortRows), a warp per
+// row and enough warps for the sort's pass over the experts (one warp per 32 of them, up to 16).
 template <int NPL>
 static void launch_warp(const float *logits, const float *logits_lo, const float *bias, int T,
                         int E, int G, int topk_group, int top_k, int norm_topk, float scale,
@@ -384,14 +385,15 @@ static void launch_warp(const float *logits, const float *logits_lo, const float
                         cudaStream_t s) {
     const int rows = T < kRowsPerBlock ? T : kRowsPerBlock;
     if (sort) {
-        const int threads = (int)std::min<int64_t>(512, std::max<int64_t>(32 * kRowsPerBlock,
-                                                                           k25_cdiv(E, 32) * 32));
-        auto *kernel = router_topk_warp_kernel<NPL, true, false>;
+        const int threads = (int)std::max<int64_t>(
+            32 * std::max(T, kRowsPerBlock), std::min<int64_t>(512, k25_cdiv(E, 32) * 32));
+        auto *kernel = logits_lo ? router_topk_warp_kernel<NPL, true, true>
+                                 : router_topk_warp_kernel<NPL, true, false>;
         k25_launch("router_topk_sort", kernel, 1, threads,
                    k25k_moe_route_smem(T * top_k, E), s, logits, logits_lo, bias, T, E, G,
                    topk_group, top_k, norm_topk, scale, idx, wts, *sort->r, sort->I, sort->D,
                    k25k_moe_sort_opts(T, top_k, sort->I, sort->D, sort->num_sms), uni,
-                   T <= kLateTriggerRows);
+                   sort_trigger_late(T));
         return;
     }
     auto *kernel = logits_lo ? router_topk_warp_kernel<NPL, false, true>
@@ -425,7 +427,7 @@ int k25k_router_topk(const float *logits, const float *logits_lo, const float *b
                        : per_lane <= 12 ? launch_warp<12>
                        : per_lane <= 16 ? launch_warp<16>
                                         : launch_warp<32>;
-        if (T > kRowsPerBlock || logits_lo) sort = NULL; // the sorting kernel reads one sum
+        if (T > kSortRows) sort = NULL;
         launch(logits, logits_lo, bias, T, E, G, topk_group, top_k, norm_topk, scale, idx, wts,
                sort, u, s);
         return sort != NULL;

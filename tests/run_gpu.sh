@@ -73,12 +73,15 @@ if [ -x "$OPS" ]; then
     check ops_group_tp2_r0 300 "$OPS" --config config/tiny_group.ini --tp 2 --rank 0 --rows 1,9,40
     check ops_kimi_tp8_r3 600 "$OPS" --config config/kimi_k25.ini --tp 8 --rank 3 \
         --set model.num_hidden_layers=2 --rows 1,5,16,67 --ctx 600
-    # run.uniform_routing: the router's ids replaced on the device exactly as on the CPU: in the
-    # warp top-k's launch (at 1 row before its routing sort, whose moe then follows), and in the
-    # block top-k's (K25_ROUTER_BLOCK=1)
+    # run.uniform_routing: the router's ids replaced on the device exactly as on the CPU: drawn
+    # by the warp top-k's warps (up to 16 rows before its routing sort, whose moe then follows;
+    # 16 of 16 experts: fewer distinct candidates than choices, the warp's fallback), and by the
+    # block top-k's thread (K25_ROUTER_BLOCK=1)
     check ops_kimi_tp8_uniform_routing 300 "$OPS" --config config/kimi_k25.ini --tp 8 --rank 3 \
-        --set model.num_hidden_layers=2 --set run.uniform_routing=1 --rows 1,5,67 --ctx 600 \
+        --set model.num_hidden_layers=2 --set run.uniform_routing=1 --rows 1,5,16,67 --ctx 600 \
         --only router
+    check ops_tiny_uniform_routing_every_expert 300 "$OPS" --config config/tiny.ini \
+        --set model.num_experts_per_tok=16 --set run.uniform_routing=1 --rows 1,5,33 --only router
     check ops_kimi_tp8_uniform_routing_block 300 env K25_ROUTER_BLOCK=1 "$OPS" \
         --config config/kimi_k25.ini --tp 8 --rank 3 --set model.num_hidden_layers=2 \
         --set run.uniform_routing=1 --rows 1,5 --ctx 600 --only router
