@@ -196,10 +196,9 @@ __device__ __forceinline__ void topk_row(const float *logits, const float *logit
 // warp w: row w of every row of the step (up to kSortRows), and more warps for the sort. The
 // bias is a weight: it is loaded before the wait, while the router's projection still runs; the
 // logits (its output) are read after it, with coherent loads like the bias (see the PDL rules in
-// cuda_common.cuh). trigger_late: the
-// next kernel is triggered at the end, not at the start (sort_trigger_late). LO: the logits are
-// logits + logits_lo (above the GEMV's rows; a template argument so that the kernels of the
-// GEMV's rows keep their code).
+// cuda_common.cuh). trigger_late: the next kernel is triggered at the end, not at the start
+// (sort_trigger_late). LO: the logits are logits + logits_lo (above the GEMV's rows; a template
+// argument so that the kernels of the GEMV's rows keep their code).
 template <int NPL, bool SORT, bool LO>
 __global__ void __launch_bounds__(SORT ? 512 : 32 * kRowsPerBlock)
     router_topk_warp_kernel(const float *logits, const float *logits_lo, const float *bias, int T,
