@@ -882,13 +882,16 @@ static int mla_gemm(k25k_blas *blas, int w_nk, int T, int H, int N, int K, const
 // Driver
 // ------------------------------------------------------------------------------------------
 
-// Chunks per (row, head group) so that one wave of tensor-core attention blocks (one per SM:
-// ~195 KB of shared memory each at Kimi's shapes) covers the GPU even at batch 1 with 8 heads.
-// The kernels round a chunk up to whole tiles, so short contexts use fewer chunks.
+// Chunks per (row, head group) so that the tensor-core attention's blocks (one per SM: ~195 KB
+// of shared memory each at Kimi's shapes) fill at most one wave: rounded up, 8 rows at 1K
+// context made 136 working blocks for 132 SMs, and the last four ran a second block's life
+// after the others (the kernel twice as long). Fewer chunks give some blocks one more tile,
+// which costs less than a second wave. The kernels round a chunk up to whole tiles, so short
+// contexts use fewer chunks.
 int k25k_mla_chunks(int T, int H, int num_sms) {
     int hg = (int)k25_cdiv(H, MMA_HM);
-    int n = (int)k25_cdiv(num_sms, (int64_t)T * hg);
-    return n < 1 ? 1 : (n > 256 ? 256 : n);
+    int64_t n = num_sms / ((int64_t)T * hg);
+    return n < 1 ? 1 : (n > 256 ? 256 : (int)n);
 }
 
 // q_abs's region is rounded up to whole staged halves: the merge writes the W_UV operand

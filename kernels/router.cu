@@ -127,12 +127,13 @@ __device__ __forceinline__ uint32_t kept_by_groups(const float (&sel)[NPL], int 
 
 // Row t's choices into idx / wts (and sidx, the same layout in shared memory, when not NULL),
 // by one warp: lane holds experts j*32 + lane, j < NPL (coalesced loads), b the bias of those
-// experts.
+// experts. drawn >= 0: the lane's id is drawn (benchmarks' uniform routing), its weight still the
+// router's k-th.
 template <int NPL, bool LO>
 __device__ __forceinline__ void topk_row(const float *logits, const float *logits_lo,
                                          const float (&b)[NPL], int t, int E, int G,
                                          int topk_group, int top_k, int norm_topk, float scale,
-                                         int32_t *idx, float *wts, int32_t *sidx) {
+                                         int32_t *idx, float *wts, int32_t *sidx, int drawn) {
     const int lane = threadIdx.x & 31;
     const float *lg = logits + (size_t)t * E; // [E]
     // every load issued before the first use: the division's slow path is a branch, and loads
@@ -186,8 +187,9 @@ __device__ __forceinline__ void topk_row(const float *logits, const float *logit
     if (lane < top_k) {
         double w = (double)s;
         if (norm_topk) w /= sum + 1e-20;
-        idx[(size_t)t * top_k + lane] = chosen;
-        if (sidx) sidx[t * top_k + lane] = chosen;
+        const int id = drawn >= 0 ? drawn : chosen;
+        idx[(size_t)t * top_k + lane] = id;
+        if (sidx) sidx[t * top_k + lane] = id;
         wts[(size_t)t * top_k + lane] = (float)(w * scale);
     }
 }
@@ -223,14 +225,9 @@ __global__ void __launch_bounds__(SORT ? 512 : 32 * kRowsPerBlock)
     __shared__ int32_t sort_idx[SORT ? kSortRows * 32 : 1];
     int32_t *const sidx = SORT ? sort_idx : nullptr;
     k25_pdl_wait();
-    if (t < T) {
+    if (t < T)
         topk_row<NPL, LO>(logits, logits_lo, b, t, E, G, topk_group, top_k, norm_topk, scale, idx,
-                          wts, sidx);
-        if (uni.pos && lane < top_k) { // the row's ids replaced (lane k wrote the k-th)
-            idx[(size_t)t * top_k + lane] = drawn;
-            if (SORT) sidx[t * top_k + lane] = drawn;
-        }
-    }
+                          wts, sidx, drawn);
     if constexpr (SORT) {
         extern __shared__ int sort_sm[];
         __syncthreads(); // every row's ids written
@@ -365,7 +362,7 @@ __global__ void __launch_bounds__(256) router_topk_kernel(const float *__restric
             idx[(size_t)t * top_k + k] = e;
             wts[(size_t)t * top_k + k] = (float)(w * scale);
         }
-        if (uni.pos) // benchmarks: the row's ids replaced, as in the warp kernel
+        if (uni.pos) // benchmarks: the drawn ids, the router's weights (as the warp kernel)
             k25_uniform_experts(uni.layer, uni.seq[t], uni.pos[t], top_k, E,
                                 idx + (size_t)t * top_k);
     }

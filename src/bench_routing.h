@@ -55,21 +55,30 @@ K25_HD void k25_uniform_experts(int layer, int seq, int pos, int top_k, int E, i
 // The same experts on one warp (every lane calls it; top_k <= 32): lane k < top_k returns the
 // row's k-th, the others -1. Lane j takes candidate j; the first occurrences, in lane order, are
 // the row's experts where there are top_k of them (at 8 of 384 experts 32 candidates hold ~31
-// distinct ones). Otherwise (top_k near E) every lane walks the candidates as the CPU does.
+// distinct ones). Otherwise (top_k near E) lane k walks the candidates as the CPU does up to its
+// k-th distinct one, a repeat found by recomputing the candidates before it: no list in local
+// memory, whose stack frame every kernel that inlines this would carry.
 __device__ __forceinline__ int k25_uniform_experts_warp(int layer, int seq, int pos, int top_k,
                                                         int E) {
     const unsigned all = 0xffffffffu;
     const int lane = (int)(threadIdx.x & 31);
     const uint64_t seed = k25_uniform_seed(layer, seq, pos);
-    const int e = k25_uniform_candidate(seed, lane, (uint32_t)E, k25_uniform_r32(E));
+    const uint32_t r32 = k25_uniform_r32(E);
+    const int e = k25_uniform_candidate(seed, lane, (uint32_t)E, r32);
     const unsigned same = __match_any_sync(all, (unsigned)e);
     const unsigned first = __ballot_sync(all, __ffs(same) - 1 == lane);
     if (__popc(first) >= top_k) {
         const int got = __shfl_sync(all, e, lane < top_k ? (int)__fns(first, 0, lane + 1) : 0);
         return lane < top_k ? got : -1;
     }
-    int32_t out[32];
-    k25_uniform_experts(layer, seq, pos, top_k, E, out);
-    return lane < top_k ? out[lane] : -1;
+    int got = -1;
+    for (int j = 0, k = 0; lane < top_k && k <= lane; j++) {
+        const int ej = k25_uniform_candidate(seed, j, (uint32_t)E, r32);
+        bool dup = false;
+        for (int i = 0; i < j && !dup; i++)
+            dup = k25_uniform_candidate(seed, i, (uint32_t)E, r32) == ej;
+        if (!dup && k++ == lane) got = ej;
+    }
+    return got;
 }
 #endif
