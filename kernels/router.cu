@@ -38,10 +38,11 @@ constexpr int kMaxTopK = 64;      // k25k_router_topk refuses more
 // rows the sorting launch triggers that GEMM only at its end, so the shared expert runs beside
 // the router instead: 1-1.7% faster a step at 1 row, 0.6-1.1% at 2; at 3 and 4 rows ~1% slower
 // (there the shared expert's kernels slow the router's more than the overlap gains:
-// bench/NOTES.md, sixteenth round). Above kRowsPerBlock rows the trigger is late again, as the
-// sort's own kernel triggered when it was a launch of its own there.
-constexpr int kLateTriggerRows = 2;
-static bool sort_trigger_late(int T) { return T <= kLateTriggerRows || T > kRowsPerBlock; }
+// bench/NOTES.md, sixteenth round). Above kEarlyTriggerRows it is late again: there the early
+// trigger cost 1.2-2.0% a step at 5-16 rows (bench/NOTES.md, twenty-sixth round).
+constexpr int kLateTriggerRows = 2;  // late up to this many rows
+constexpr int kEarlyTriggerRows = 4; // early from kLateTriggerRows + 1 up to this many rows
+static bool sort_trigger_late(int T) { return T <= kLateTriggerRows || T > kEarlyTriggerRows; }
 
 __device__ __forceinline__ uint64_t choice_key(float v, int e) {
     uint32_t u = __float_as_uint(v);
