@@ -339,13 +339,14 @@ __global__ void __launch_bounds__(256) mla_attn_kernel(k25k_mla_args a, const CT
 // 3b. bf16 cache: attention on tensor cores
 // ------------------------------------------------------------------------------------------
 
-// Block: one row t, up to MMA_HM heads (the M dimension of m16n8k16, padded with zero heads),
+// Block: one row t, up to HM heads (HM = MMA_HM: the M dimension of m16n8k16, padded with zero
+// heads; HM = 8, see below),
 // one chunk of positions, walked in tiles of MMA_JT cache rows. Each tile is copied ONCE into
 // shared memory (cp.async, 16-byte pieces, double buffered so the next tile streams in while
 // this one is used) and serves every head of the block: S = Q C^T over the W = L + dr values
 // of a row, then O += P C over the L latent values. Q and P are f32 split into bf16 hi + lo
 // (two MMAs each), so the products keep about f32 accuracy against the exact bf16 cache.
-#define MMA_HM 16   // heads per block
+#define MMA_HM 16   // heads per block (the general kernel)
 #define MMA_JT 64   // cache rows per tile
 // 8 warps, two per scheduler: at batch 1 a block's work is a chain of dependent shared-memory
 // loads and MMAs, and with one warp per scheduler nothing hid their latency (4 warps: 7.7 cycles
@@ -355,6 +356,7 @@ __global__ void __launch_bounds__(256) mla_attn_kernel(k25k_mla_args a, const CT
 #define MMA_TPH 16  // softmax threads per head (MMA_JT / MMA_TPH tile rows each)
 #define MMA_PS (MMA_JT + 8) // P row stride (elements): 144 B, an odd number of 16-byte units
 #define MMA_QV 1 // float4 columns of Q per thread and head: KP <= 4 * 32 * MMA_WARPS * MMA_QV
+#define MMA_QP 9 // HM = 8: Q fragment loads (two k-steps each) per K half: KP <= 64 * MMA_QP
 
 __device__ __forceinline__ void mla_ldsm_x4(uint32_t r[4], const uint16_t *p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -380,42 +382,61 @@ __device__ __forceinline__ void mla_mma(float d[4], const uint32_t a[4], uint32_
 __host__ __device__ __forceinline__ int mla_mma_kp(int W) { return (W + 31) & ~31; }
 __host__ __device__ __forceinline__ int mla_mma_ws(int W) { return mla_mma_kp(W) + 8; }
 
-static size_t mla_mma_smem(int W) {
+// The score rows' stride in floats: at HM = 8 the scores are stored by (head, row) from the
+// C fragments of S^T, and a stride of 68 puts a warp's 32 stores in distinct banks.
+__host__ __device__ constexpr int mla_mma_sfs(int HM) { return HM == 8 ? MMA_JT + 4 : MMA_JT; }
+
+static size_t mla_mma_smem(int W, int HM) {
     const size_t ws = (size_t)mla_mma_ws(W);
-    return 2 * (2 * MMA_JT * ws + 2 * MMA_HM * ws + 2 * MMA_HM * MMA_PS) +
-           4 * (MMA_HM * MMA_JT + MMA_HM);
+    return 2 * (2 * MMA_JT * ws + 2 * (size_t)HM * ws + 2 * (size_t)HM * MMA_PS) +
+           4 * (16 * (size_t)mla_mma_sfs(HM) + HM);
 }
 
+// Up to 8 heads (TP8: Kimi's 64 heads over 8 ranks), HM = 8 swaps the MMAs' operands: the cache
+// rows are the M dimension (16 a fragment) and the heads the N dimension (n8), S^T = C Q^T and
+// O^T = C^T P^T. With the heads as M, half of every A fragment was zero heads, and each warp
+// re-read all of Q (hi and lo) from shared memory for every tile: ~465 KB of shared-memory reads
+// and 1088 MMAs a tile and block. Swapped, the tile is read once for the scores and once for the
+// output, Q's fragments stay in registers (a warp's half of the score K extent), and P's are
+// loaded once per two k-steps: ~140 KB and 544 MMAs a tile.
+//   scores: warp w takes tile rows [16 (w % 4), +16) over half the K extent (w / 4); the two
+//     halves' partial scores are added by the softmax (sf holds [2][8 heads][rows]).
+//   output: warp w takes the latent 16-dim slices w, w + 8, ... (as at HM = 16), all 8 heads.
 // LO: q_abs and q_abs_lo are the absorption GEMM's two products (above the GEMV's rows; a
 // template argument so that the decode kernel's Q staging keeps its code).
-template <bool LO>
+template <bool LO, int HM>
 __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
     k25k_mla_args a, const uint16_t *__restrict__ cache, const float *__restrict__ q,
     const float *__restrict__ q_abs, const float *__restrict__ q_abs_lo, int n_chunks,
     float *__restrict__ part_ml, float *__restrict__ part_o) {
-    static_assert(MMA_HM * MMA_TPH == MMA_WARPS * 32, "softmax: MMA_TPH threads per head");
-    static_assert(MMA_TPH <= 32 && MMA_JT % MMA_TPH == 0, "softmax: a head's threads in one warp");
+    static_assert(HM == MMA_HM || HM == 8, "heads per block: 16 or 8");
+    constexpr bool H8 = HM == 8;
+    // softmax threads per head: a warp per head at HM = 8
+    constexpr int TPH = H8 ? 32 : MMA_TPH, SFS = mla_mma_sfs(HM);
+    static_assert(HM * TPH == MMA_WARPS * 32, "softmax: TPH threads per head");
+    static_assert(TPH <= 32 && MMA_JT % TPH == 0, "softmax: a head's threads in one warp");
     static_assert(MMA_JT == 8 * MMA_WARPS, "scores: 8 tile rows per warp");
+    static_assert(!H8 || MMA_JT == 64 && MMA_WARPS == 8, "HM = 8: 4 row tiles x 2 K halves");
     extern __shared__ __align__(16) unsigned char mla_smem[];
     const int L = a.L, W = L + a.dr, dq = a.dn + a.dr;
     const int KP = mla_mma_kp(W), WS = mla_mma_ws(W);
     uint16_t *cbuf = reinterpret_cast<uint16_t *>(mla_smem); // [2][MMA_JT][WS] cache tiles
     uint16_t *qhi = cbuf + 2 * MMA_JT * WS;                    // [MMA_HM][WS]
-    uint16_t *qlo = qhi + MMA_HM * WS;                         // [MMA_HM][WS]
-    uint16_t *phi = qlo + MMA_HM * WS;                         // [MMA_HM][MMA_PS]
-    uint16_t *plo = phi + MMA_HM * MMA_PS;                     // [MMA_HM][MMA_PS]
-    float *sf = reinterpret_cast<float *>(plo + MMA_HM * MMA_PS); // [MMA_HM][MMA_JT] scores
-    float *corr = sf + MMA_HM * MMA_JT;                           // [MMA_HM]
+    uint16_t *qlo = qhi + HM * WS;                             // [HM][WS]
+    uint16_t *phi = qlo + HM * WS;                             // [HM][MMA_PS]
+    uint16_t *plo = phi + HM * MMA_PS;                         // [HM][MMA_PS]
+    float *sf = reinterpret_cast<float *>(plo + HM * MMA_PS); // [16][SFS] scores
+    float *corr = sf + 16 * SFS;                              // [HM]
     k25_pdl_trigger();
 
     // pos, seq and the block table are the step's inputs, copied before its first kernel: read
     // before the wait
-    const int chunk = blockIdx.x, h0 = blockIdx.y * MMA_HM, t = blockIdx.z;
+    const int chunk = blockIdx.x, h0 = blockIdx.y * HM, t = blockIdx.z;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int s = a.seq[t], len = a.pos[t] + 1;
     const int clen = (int)(k25_cdiv(k25_cdiv(len, n_chunks), MMA_JT) * MMA_JT);
     const int j0 = chunk * clen, j1 = min(len, j0 + clen);
-    const int nh = min(MMA_HM, a.H - h0);
+    const int nh = min(HM, a.H - h0);
     if (j0 >= j1) { // nothing here (the merge counts only the non-empty chunks)
         k25_pdl_wait();
         if (tid < nh) {
@@ -489,8 +510,8 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
     // it was a division-heavy scalar loop (kernels/NOTES.md). LO: q_abs is the absorption
     // GEMM's hi-operand products and q_abs_lo its lo-operand ones, added here as the sum kernel
     // after the GEMM would have (hi + lo, then the split).
-    static_assert(MMA_HM % 8 == 0, "Q staging: 8 heads per round");
-    for (int hb = 0; hb < MMA_HM; hb += 8) {
+    static_assert(HM % 8 == 0, "Q staging: 8 heads per round");
+    for (int hb = 0; hb < HM; hb += 8) {
         float4 v[8][MMA_QV], vl[8][MMA_QV];
 #pragma unroll
         for (int hh = 0; hh < 8; hh++)
@@ -533,6 +554,23 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
         for (int i = tid; i < 2 * MMA_JT * (KP - W); i += blockDim.x)
             cbuf[(i / (KP - W)) * WS + W + i % (KP - W)] = 0;
 
+    // HM = 8: this warp's half of Q^T as B fragments, hi and lo, held over all tiles. One
+    // ldmatrix.x4 of Q [head][k] gives b0, b1 of two k-steps (matrices k0, k0 + 8, k0 + 16,
+    // k0 + 24); KP / 64 <= MMA_QP of them per half (the driver checks).
+    constexpr int QP = H8 ? MMA_QP : 1;
+    uint32_t qf[QP][2][4];
+    const int kh = warp >> 2, np = KP / 64;
+    if constexpr (H8) {
+        __syncthreads(); // Q staged
+        const int off = (lane & 7) * WS + kh * (KP / 2) + (lane >> 3) * 8;
+#pragma unroll
+        for (int i = 0; i < QP; i++)
+            if (i < np) {
+                mla_ldsm_x4(qf[i][0], qhi + off + 32 * i);
+                mla_ldsm_x4(qf[i][1], qlo + off + 32 * i);
+            }
+    }
+
     float o[MMA_NT16][2][4];
 #pragma unroll
     for (int i = 0; i < MMA_NT16; i++)
@@ -540,7 +578,7 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
         for (int n = 0; n < 2; n++)
 #pragma unroll
             for (int e = 0; e < 4; e++) o[i][n][e] = 0.0f;
-    float m_run = -INFINITY, l_run = 0.0f; // head tid / MMA_TPH (the softmax thread group)
+    float m_run = -INFINITY, l_run = 0.0f; // head tid / TPH (the softmax thread group)
 
     for (int it = 0; it < n_tiles; it++) {
         const int jt = j0 + it * MMA_JT;
@@ -556,13 +594,39 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
         }
         __syncthreads(); // this tile (and Q, first time) visible to every warp
 
-        // S[16 heads][8 rows of this warp] = Q C^T. One ldmatrix.x4 of the tile gives this
-        // warp's 8 rows for two k-steps (matrices: k0, k0 + 8, k0 + 16, k0 + 24). The four
-        // products of a step go to four accumulators, summed at the end: a warp's scores were
-        // one chain of KP / 8 dependent MMAs (72 at Kimi's 576); four chains of a quarter of it
-        // overlap (the whole op 0.5-2% faster, kernels/NOTES.md).
-        float sc[4] = {0, 0, 0, 0};
-        {
+        if constexpr (H8) {
+            // S^T[16 rows of row tile w % 4][8 heads] over K half w / 4: one ldmatrix.x4 of the
+            // tile per k-step (rows 0-7 / 8-15 x k 0-7 / 8-15), four accumulator chains.
+            float s0[4] = {0, 0, 0, 0}, s1[4] = {0, 0, 0, 0}, s2[4] = {0, 0, 0, 0},
+                  s3[4] = {0, 0, 0, 0};
+            const int mt = warp & 3;
+            const uint16_t *ca =
+                cb + (mt * 16 + (lane & 15)) * WS + kh * (KP / 2) + (lane >> 4) * 8;
+#pragma unroll
+            for (int i = 0; i < QP; i++)
+                if (i < np) {
+                    uint32_t c0[4], c1[4];
+                    mla_ldsm_x4(c0, ca + 32 * i);
+                    mla_ldsm_x4(c1, ca + 32 * i + 16);
+                    mla_mma(s0, c0, qf[i][0][0], qf[i][0][1]);
+                    mla_mma(s1, c0, qf[i][1][0], qf[i][1][1]);
+                    mla_mma(s2, c1, qf[i][0][2], qf[i][0][3]);
+                    mla_mma(s3, c1, qf[i][1][2], qf[i][1][3]);
+                }
+            // C fragment: rows g, g + 8 of the row tile, heads 2c, 2c + 1
+            float *sp = sf + kh * 8 * SFS;
+            const int r = mt * 16 + (lane >> 2), hc = (lane & 3) * 2;
+            sp[hc * SFS + r] = (s0[0] + s2[0]) + (s1[0] + s3[0]);
+            sp[(hc + 1) * SFS + r] = (s0[1] + s2[1]) + (s1[1] + s3[1]);
+            sp[hc * SFS + r + 8] = (s0[2] + s2[2]) + (s1[2] + s3[2]);
+            sp[(hc + 1) * SFS + r + 8] = (s0[3] + s2[3]) + (s1[3] + s3[3]);
+        } else {
+            // S[16 heads][8 rows of this warp] = Q C^T. One ldmatrix.x4 of the tile gives this
+            // warp's 8 rows for two k-steps (matrices: k0, k0 + 8, k0 + 16, k0 + 24). The four
+            // products of a step go to four accumulators, summed at the end: a warp's scores
+            // were one chain of KP / 8 dependent MMAs (72 at Kimi's 576); four chains of a
+            // quarter of it overlap (the whole op 0.5-2% faster, kernels/NOTES.md).
+            float sc[4] = {0, 0, 0, 0};
             float s1[4] = {0, 0, 0, 0}, s2[4] = {0, 0, 0, 0}, s3[4] = {0, 0, 0, 0};
             const uint16_t *qa = qhi + (lane & 15) * WS + (lane >> 4) * 8;
             const uint16_t *qb = qlo + (lane & 15) * WS + (lane >> 4) * 8;
@@ -582,28 +646,29 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
             }
 #pragma unroll
             for (int i = 0; i < 4; i++) sc[i] = (sc[i] + s2[i]) + (s1[i] + s3[i]);
-        }
-        {
             const int c = warp * 8 + (lane & 3) * 2, r = lane >> 2;
-            sf[r * MMA_JT + c] = sc[0] * a.scale;
-            sf[r * MMA_JT + c + 1] = sc[1] * a.scale;
-            sf[(r + 8) * MMA_JT + c] = sc[2] * a.scale;
-            sf[(r + 8) * MMA_JT + c + 1] = sc[3] * a.scale;
+            sf[r * SFS + c] = sc[0] * a.scale;
+            sf[r * SFS + c + 1] = sc[1] * a.scale;
+            sf[(r + 8) * SFS + c] = sc[2] * a.scale;
+            sf[(r + 8) * SFS + c + 1] = sc[3] * a.scale;
         }
         __syncthreads();
 
-        // online softmax: MMA_TPH threads per head, RPT tile rows each
+        // online softmax: TPH threads per head, RPT tile rows each
         {
-            constexpr int RPT = MMA_JT / MMA_TPH;
-            const int h = tid / MMA_TPH, c0 = (tid % MMA_TPH) * RPT;
+            constexpr int RPT = MMA_JT / TPH;
+            const int h = tid / TPH, c0 = (tid % TPH) * RPT;
             float v[RPT], mt = -INFINITY;
 #pragma unroll
             for (int u = 0; u < RPT; u++) {
-                v[u] = jt + c0 + u < j1 ? sf[h * MMA_JT + c0 + u] : -INFINITY;
+                const int cc = c0 + u;
+                const float sv = H8 ? (sf[h * SFS + cc] + sf[(8 + h) * SFS + cc]) * a.scale
+                                    : sf[h * SFS + cc];
+                v[u] = jt + cc < j1 ? sv : -INFINITY;
                 mt = fmaxf(mt, v[u]);
             }
 #pragma unroll
-            for (int off = 1; off < MMA_TPH; off <<= 1)
+            for (int off = 1; off < TPH; off <<= 1)
                 mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, off));
             const float m_new = fmaxf(m_run, mt); // finite: the tile has a valid row
             const float cf = m_run == -INFINITY ? 0.0f : expf(m_run - m_new);
@@ -617,15 +682,53 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
                 plo[h * MMA_PS + c0 + u] = k25_f2bf(p - k25_bf16f(hi));
             }
 #pragma unroll
-            for (int off = 1; off < MMA_TPH; off <<= 1) ps += __shfl_xor_sync(0xffffffffu, ps, off);
+            for (int off = 1; off < TPH; off <<= 1) ps += __shfl_xor_sync(0xffffffffu, ps, off);
             l_run = l_run * cf + ps;
             m_run = m_new;
-            if (tid % MMA_TPH == 0) corr[h] = cf;
+            if (tid % TPH == 0) corr[h] = cf;
         }
         __syncthreads();
 
-        // O[16 heads][this warp's latent slices] = O * corr + P C
-        {
+        const int kmax = min(MMA_JT, j1 - jt); // rows past it have P = 0
+        if constexpr (H8) {
+            // O^T[this warp's 16-dim slices][8 heads] = O^T corr + C^T P^T. A: the tile through
+            // ldmatrix.trans (matrices: rows 0-7 / 8-15 x dims 0-7 / 8-15, in fragment order);
+            // B: P [head][row], one ldmatrix.x4 per two k-steps (rows k0, +8, +16, +24).
+            const int hc = (lane & 3) * 2;
+            const float c_a = corr[hc], c_b = corr[hc + 1];
+#pragma unroll
+            for (int i = 0; i < MMA_NT16; i++) {
+                o[i][0][0] *= c_a;
+                o[i][0][1] *= c_b;
+                o[i][0][2] *= c_a;
+                o[i][0][3] *= c_b;
+            }
+            const int poff = (lane & 7) * MMA_PS + (lane >> 3) * 8;
+            const uint16_t *vr =
+                cb + ((lane & 7) + ((lane >> 4) << 3)) * WS + ((lane >> 3) & 1) * 8;
+            for (int k0 = 0; k0 < kmax; k0 += 32) {
+                uint32_t bh[4], bl[4];
+                mla_ldsm_x4(bh, phi + poff + k0);
+                mla_ldsm_x4(bl, plo + poff + k0);
+                const bool two = k0 + 16 < kmax; // warp-uniform
+#pragma unroll
+                for (int i = 0; i < MMA_NT16; i++) {
+                    const int n16 = warp + MMA_WARPS * i;
+                    if (n16 * 16 >= L) break;
+                    uint32_t c0[4];
+                    mla_ldsm_x4_trans(c0, vr + k0 * WS + n16 * 16);
+                    mla_mma(o[i][0], c0, bh[0], bh[1]);
+                    mla_mma(o[i][0], c0, bl[0], bl[1]);
+                    if (two) {
+                        uint32_t c1[4];
+                        mla_ldsm_x4_trans(c1, vr + (k0 + 16) * WS + n16 * 16);
+                        mla_mma(o[i][0], c1, bh[2], bh[3]);
+                        mla_mma(o[i][0], c1, bl[2], bl[3]);
+                    }
+                }
+            }
+        } else {
+            // O[16 heads][this warp's latent slices] = O * corr + P C
             const float c_a = corr[lane >> 2], c_b = corr[(lane >> 2) + 8];
 #pragma unroll
             for (int i = 0; i < MMA_NT16; i++)
@@ -636,7 +739,6 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
                     o[i][n][2] *= c_b;
                     o[i][n][3] *= c_b;
                 }
-            const int kmax = min(MMA_JT, j1 - jt); // rows past it have P = 0
             const uint16_t *pa = phi + (lane & 15) * MMA_PS + (lane >> 4) * 8;
             const uint16_t *pb = plo + (lane & 15) * MMA_PS + (lane >> 4) * 8;
             for (int k0 = 0; k0 < kmax; k0 += 16) {
@@ -665,21 +767,30 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
     for (int i = 0; i < MMA_NT16; i++) {
         const int n16 = warp + MMA_WARPS * i;
         if (n16 * 16 >= L) break;
+        if constexpr (H8) { // O^T: dims g, g + 8 of the slice, heads 2c, 2c + 1
 #pragma unroll
-        for (int n = 0; n < 2; n++) {
-            const int d = n16 * 16 + n * 8 + (lane & 3) * 2;
+            for (int e = 0; e < 4; e++) {
+                const int h = (lane & 3) * 2 + (e & 1), d = n16 * 16 + (lane >> 2) + 8 * (e >> 1);
+                if (h < nh)
+                    part_o[(((size_t)t * a.H + h0 + h) * n_chunks + chunk) * L + d] = o[i][0][e];
+            }
+        } else {
 #pragma unroll
-            for (int half = 0; half < 2; half++) {
-                const int h = (lane >> 2) + 8 * half;
-                if (h >= nh) continue;
-                float *po = part_o + (((size_t)t * a.H + h0 + h) * n_chunks + chunk) * L;
-                if (d < L) po[d] = o[i][n][2 * half];
-                if (d + 1 < L) po[d + 1] = o[i][n][2 * half + 1];
+            for (int n = 0; n < 2; n++) {
+                const int d = n16 * 16 + n * 8 + (lane & 3) * 2;
+#pragma unroll
+                for (int half = 0; half < 2; half++) {
+                    const int h = (lane >> 2) + 8 * half;
+                    if (h >= nh) continue;
+                    float *po = part_o + (((size_t)t * a.H + h0 + h) * n_chunks + chunk) * L;
+                    if (d < L) po[d] = o[i][n][2 * half];
+                    if (d + 1 < L) po[d + 1] = o[i][n][2 * half + 1];
+                }
             }
         }
     }
-    if (tid % MMA_TPH == 0 && tid / MMA_TPH < nh) {
-        float *ml = part_ml + (((size_t)t * a.H + h0 + tid / MMA_TPH) * n_chunks + chunk) * 2;
+    if (tid % TPH == 0 && tid / TPH < nh) {
+        float *ml = part_ml + (((size_t)t * a.H + h0 + tid / TPH) * n_chunks + chunk) * 2;
         ml[0] = m_run;
         ml[1] = l_run;
     }
@@ -928,11 +1039,13 @@ static int mla_run(const k25k_mla_args *a, CT *cache, const uint16_t *kvb, float
     // K25_MLA_CUDA_CORES=1 keeps the bf16 cache on the CUDA-core kernel (A/B checks)
     static const int cores_only =
         getenv("K25_MLA_CUDA_CORES") && atoi(getenv("K25_MLA_CUDA_CORES"));
-    const size_t smem_mma = mla_mma_smem(W);
+    // up to 8 heads, the kernel with the operands swapped (Kimi at TP8)
+    const int KP = mla_mma_kp(W);
+    const int hm = H <= 8 && KP % 64 == 0 && KP <= 64 * MMA_QP && L % 16 == 0 ? 8 : MMA_HM;
+    const size_t smem_mma = mla_mma_smem(W, hm);
     const bool mma = sizeof(CT) == 2 && !cores_only && L <= 16 * MMA_NT16 * MMA_WARPS &&
                      W % 8 == 0 && L % 4 == 0 && dn % 4 == 0 &&
-                     mla_mma_kp(W) <= 4 * 32 * MMA_WARPS * MMA_QV &&
-                     smem_mma <= (size_t)smem_optin;
+                     KP <= 4 * 32 * MMA_WARPS * MMA_QV && smem_mma <= (size_t)smem_optin;
 
     // Above the GEMV's rows every conversion and sum between the kernels rides in a kernel that
     // runs anyway: the prep kernel splits q_nope for the absorption GEMM, the attention adds
@@ -955,14 +1068,18 @@ static int mla_run(const k25k_mla_args *a, CT *cache, const uint16_t *kvb, float
 
     int tile = MLA_JT;
     if (mma) {
-        static size_t mma_set[2] = {0, 0}; // per instantiation
-        auto *kernel = qa_parts ? mla_attn_mma_kernel<true> : mla_attn_mma_kernel<false>;
-        if (smem_mma > 48 * 1024 && smem_mma > mma_set[qa_parts != nullptr]) {
+        static size_t mma_set[4] = {0, 0, 0, 0}; // per instantiation
+        const int inst = (qa_parts != nullptr) + 2 * (hm == 8);
+        auto *kernel = hm == 8 ? (qa_parts ? mla_attn_mma_kernel<true, 8>
+                                           : mla_attn_mma_kernel<false, 8>)
+                               : (qa_parts ? mla_attn_mma_kernel<true, MMA_HM>
+                                           : mla_attn_mma_kernel<false, MMA_HM>);
+        if (smem_mma > 48 * 1024 && smem_mma > mma_set[inst]) {
             CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             (int)smem_mma));
-            mma_set[qa_parts != nullptr] = smem_mma;
+            mma_set[inst] = smem_mma;
         }
-        dim3 g3((unsigned)n_chunks, (unsigned)k25_cdiv(H, MMA_HM), (unsigned)T);
+        dim3 g3((unsigned)n_chunks, (unsigned)k25_cdiv(H, hm), (unsigned)T);
         k25_launch("mla_attn_mma", kernel, g3, MMA_WARPS * 32, smem_mma, s, *a,
                    reinterpret_cast<const uint16_t *>(cache), q, qa_parts ? qa_parts : q_abs,
                    qa_parts ? qa_parts + th * L : nullptr, n_chunks, part_ml, part_o);
