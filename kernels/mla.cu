@@ -340,12 +340,12 @@ __global__ void __launch_bounds__(256) mla_attn_kernel(k25k_mla_args a, const CT
 // ------------------------------------------------------------------------------------------
 
 // Block: one row t, up to HM heads (HM = MMA_HM: the M dimension of m16n8k16, padded with zero
-// heads; HM = 8, see below),
-// one chunk of positions, walked in tiles of MMA_JT cache rows. Each tile is copied ONCE into
-// shared memory (cp.async, 16-byte pieces, double buffered so the next tile streams in while
-// this one is used) and serves every head of the block: S = Q C^T over the W = L + dr values
-// of a row, then O += P C over the L latent values. Q and P are f32 split into bf16 hi + lo
-// (two MMAs each), so the products keep about f32 accuracy against the exact bf16 cache.
+// heads; HM = 8: see mla_attn_mma_kernel), one chunk of positions, walked in tiles of MMA_JT
+// cache rows. Each tile is copied ONCE into shared memory (cp.async, 16-byte pieces, double
+// buffered so the next tile streams in while this one is used) and serves every head of the
+// block: S = Q C^T over the W = L + dr values of a row, then O += P C over the L latent values.
+// Q and P are f32 split into bf16 hi + lo (two MMAs each), so the products keep about f32
+// accuracy against the exact bf16 cache.
 #define MMA_HM 16   // heads per block (the general kernel)
 #define MMA_JT 64   // cache rows per tile
 // 8 warps, two per scheduler: at batch 1 a block's work is a chain of dependent shared-memory
@@ -398,7 +398,7 @@ static size_t mla_mma_smem(int W, int HM) {
 // re-read all of Q (hi and lo) from shared memory for every tile: ~465 KB of shared-memory reads
 // and 1088 MMAs a tile and block. Swapped, the tile is read once for the scores and once for the
 // output, Q's fragments stay in registers (a warp's half of the score K extent), and P's are
-// loaded once per two k-steps: ~140 KB and 544 MMAs a tile.
+// loaded once per two k-steps: ~155 KB and 544 MMAs a tile.
 //   scores: warp w takes tile rows [16 (w % 4), +16) over half the K extent (w / 4); the two
 //     halves' partial scores are added by the softmax (sf holds [2][8 heads][rows]).
 //   output: warp w takes the latent 16-dim slices w, w + 8, ... (as at HM = 16), all 8 heads.
