@@ -14,6 +14,10 @@
 #   bench/run_h200.sh layers     # us per MoE layer at batch 1, TP8 share: (8 layers - 4 layers)
 #                                #   / 4, two runs each; BASE=other/k25bench alternates a second
 #                                #   binary with ./k25bench (an A/B in one job)
+#   bench/run_h200.sh ab         # BASE=other/k25bench [NEW=./k25bench NAME=ab REPS=2 LOW=1,2,8,16
+#                                #   HIGH=16,64,256]:
+#                                #   the decode steps of two builds alternated in one job, one
+#                                #   TP8 rank's share, uniform routing -> ab-NAME.md (ab_steps.py)
 #   bench/run_h200.sh ncu        # 4 layers as one TP8 rank's share: one decode step kernel by
 #                                #   kernel (ncu, isolated kernel times) -> ncu-step-*.md
 #   bench/run_h200.sh x4         # 4 GPUs, each one TP8 rank's share (run.sim_tp=8), all 61
@@ -99,6 +103,26 @@ for v in ("new", "base"):
         continue
     print(f"== {v}: us per MoE layer, runs 1 and 2: {per[0]:.1f} {per[1]:.1f}")
 PY
+        ;;
+    ab)
+        # two builds side by side: $BASE ("base") and $NEW ("new", default ./k25bench)
+        # alternated REPS times, each the decode step of one TP8 rank's share under uniform
+        # routing (decode alone: the served graph replay), LOW rows at 1K context and HIGH rows
+        # at 256; then their table
+        [ -n "${BASE:-}" ] || { echo "ab: BASE=path/to/the/other/k25bench is not set"; exit 2; }
+        T=(--set run.sim_tp=8 --set run.ctx_size=4096 --set run.uniform_routing=1 --profile-only
+           --output-len 64)
+        for rep in $(seq 1 "${REPS:-2}"); do for v in base new; do
+            for part in "1k 1024 ${LOW:-1,2,8,16}" "256 256 ${HIGH:-16,64,256}"; do
+                read -r ctx len conc <<<"$part"
+                K25BENCH=$([ "$v" = base ] && echo "$BASE" || echo "${NEW:-./k25bench}") \
+                    bench "tp8sim-k61-h200x1-$ctx-profile-${NAME:-ab}-uni-$v-$rep" 1 "${KIMI[@]}" \
+                    "${T[@]}" --input-len "$len" --concurrency "$conc"
+            done
+        done; done
+        python3 bench/ab_steps.py --out "$OUT/ab-${NAME:-ab}.md" \
+            --base "$OUT"/tp8sim-k61-h200x1-*-profile-"${NAME:-ab}"-uni-base-*.jsonl \
+            --new "$OUT"/tp8sim-k61-h200x1-*-profile-"${NAME:-ab}"-uni-new-*.jsonl
         ;;
     ncu)
         NCU=${NCU:-$(command -v ncu || echo /usr/local/cuda/bin/ncu)}
