@@ -800,13 +800,18 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
 // 4. merge of the chunks: o_lat[t][h][L]
 // ------------------------------------------------------------------------------------------
 
-// Grid: (t*H + h, latent dims / 128). The non-empty chunks are the first cdiv(len, clen), with
-// clen computed as the attention kernel did (tile = its rows per tile). Each block recomputes
-// the chunk weights (max, then the normalizer, in a fixed order) and sums its 128 dims over
-// those chunks with eight independent accumulators, so that many loads are in flight.
+// Grid: (t*H + h, latent dims / (128 V)). The non-empty chunks are the first cdiv(len, clen),
+// with clen computed as the attention kernel did (tile = its rows per tile). Each block computes
+// the chunk weights (max, then the normalizer, in a fixed order) and sums its 128 V dims over
+// those chunks with eight independent accumulators, so that many loads are in flight. V = 4
+// dims a thread (one chunk a row, L % 4 == 0): a block per (row, head) at Kimi's L = 512, where
+// blocks of 128 dims spent most of their time on the weights (256 rows: 8192 blocks, ~15 us a
+// layer for 8 MB): the step 0.6% shorter at 128 rows and 0.9% at 256. Where a row has several
+// chunks (8-16 rows at TP8: th of 64-128 blocks) it cost 0.5-1.6%, so V = 1 there
+// (bench/NOTES.md). Each dim's sum is the same whatever V.
 // STAGE: the result goes out as the W_UV GEMM's bf16 operand (hi, lo: packed [T][H][L], lo NULL
 // without it) instead of o_lat, as mla_split would have converted it.
-template <bool STAGE>
+template <bool STAGE, int V>
 __global__ void __launch_bounds__(128) mla_merge_kernel(k25k_mla_args a, int n_chunks, int tile,
                                                         const float *__restrict__ part_ml,
                                                         const float *__restrict__ part_o,
@@ -837,22 +842,38 @@ __global__ void __launch_bounds__(128) mla_merge_kernel(k25k_mla_args a, int n_c
         dl += w * ml[2 * k + 1];
     }
     const float den = k25_block_sum(dl, scratch); // fixed-order tree: deterministic
-    const int d = blockIdx.y * 128 + threadIdx.x;
+    const int d = (blockIdx.y * 128 + threadIdx.x) * V;
     if (d >= a.L) return;
     const float *po = part_o + th * n_chunks * a.L + d;
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    float acc[8][V], v[V];
+#pragma unroll
+    for (int u = 0; u < 8; u++)
+#pragma unroll
+        for (int e = 0; e < V; e++) acc[u][e] = 0.0f;
     int k = 0;
     for (; k + 8 <= n; k += 8) {
 #pragma unroll
-        for (int u = 0; u < 8; u++) acc[u] += wgt[k + u] * po[(size_t)(k + u) * a.L];
+        for (int u = 0; u < 8; u++) {
+            k25_ldv<V>(po + (size_t)(k + u) * a.L, v);
+#pragma unroll
+            for (int e = 0; e < V; e++) acc[u][e] += wgt[k + u] * v[e];
+        }
     }
-    for (; k < n; k++) acc[0] += wgt[k] * po[(size_t)k * a.L];
-    float sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    const float o = sum / den;
+    for (; k < n; k++) {
+        k25_ldv<V>(po + (size_t)k * a.L, v);
+#pragma unroll
+        for (int e = 0; e < V; e++) acc[0][e] += wgt[k] * v[e];
+    }
+    float o[V];
+#pragma unroll
+    for (int e = 0; e < V; e++)
+        o[e] = (((acc[0][e] + acc[1][e]) + (acc[2][e] + acc[3][e])) +
+                ((acc[4][e] + acc[5][e]) + (acc[6][e] + acc[7][e]))) /
+               den;
     if constexpr (STAGE)
-        k25_st_split<1>(hi, lo, th * a.L + d, &o);
+        k25_st_split<V>(hi, lo, th * a.L + d, o);
     else
-        o_lat[th * a.L + d] = o;
+        k25_stv<V>(o_lat + th * a.L + d, o);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -1099,9 +1120,13 @@ static int mla_run(const k25k_mla_args *a, CT *cache, const uint16_t *kvb, float
     }
 
     uint16_t *os = gemm ? (uint16_t *)ws : nullptr; // W_UV's operand, over q_abs
-    const dim3 g4((unsigned)th, (unsigned)k25_cdiv(L, 128));
-    k25_launch("mla_merge", os ? mla_merge_kernel<true> : mla_merge_kernel<false>, g4, 128, 0, s,
-               *a, n_chunks, tile, part_ml, part_o, o_lat, os,
+    // 4 dims a thread at one chunk a row (67 rows and more at TP8: 1-2 blocks per SM), a thread
+    // per dim below it, where the merge's blocks are fewer than the SMs otherwise
+    const bool v4 = L % 4 == 0 && n_chunks == 1;
+    const dim3 g4((unsigned)th, (unsigned)k25_cdiv(L, v4 ? 512 : 128));
+    auto *merge = os ? (v4 ? mla_merge_kernel<true, 4> : mla_merge_kernel<true, 1>)
+                     : (v4 ? mla_merge_kernel<false, 4> : mla_merge_kernel<false, 1>);
+    k25_launch("mla_merge", merge, g4, 128, 0, s, *a, n_chunks, tile, part_ml, part_o, o_lat, os,
                os ? mla_lo_half(os, th * L) : nullptr);
 
     // out[t][h][:] = o_lat[t][h][:] W_UV^T, W_UV = kv_b rows h (dn+dv) + dn .. + dv, [dv][L]
