@@ -1121,8 +1121,9 @@ static int mla_run(const k25k_mla_args *a, CT *cache, const uint16_t *kvb, float
 
     uint16_t *os = gemm ? (uint16_t *)ws : nullptr; // W_UV's operand, over q_abs
     // 4 dims a thread at one chunk a row (67 rows and more at TP8: 1-2 blocks per SM), a thread
-    // per dim below it, where the merge's blocks are fewer than the SMs otherwise
-    const bool v4 = L % 4 == 0 && n_chunks == 1;
+    // per dim below it, where the merge's blocks are fewer than the SMs otherwise. The partials
+    // are read 16 bytes at a time: aligned only when the 2 T H weights before them are (T H even).
+    const bool v4 = n_chunks == 1 && k25_vec4((size_t)L, {part_o, o_lat});
     const dim3 g4((unsigned)th, (unsigned)k25_cdiv(L, v4 ? 512 : 128));
     auto *merge = os ? (v4 ? mla_merge_kernel<true, 4> : mla_merge_kernel<true, 1>)
                      : (v4 ? mla_merge_kernel<false, 4> : mla_merge_kernel<false, 1>);
