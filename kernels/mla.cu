@@ -804,11 +804,11 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
 // with clen computed as the attention kernel did (tile = its rows per tile). Each block computes
 // the chunk weights (max, then the normalizer, in a fixed order) and sums its 128 V dims over
 // those chunks with eight independent accumulators, so that many loads are in flight. V = 4
-// dims a thread (one chunk a row, L % 4 == 0): a block per (row, head) at Kimi's L = 512, where
-// blocks of 128 dims spent most of their time on the weights (256 rows: 8192 blocks, ~15 us a
-// layer for 8 MB): the step 0.6% shorter at 128 rows and 0.9% at 256. Where a row has several
-// chunks (8-16 rows at TP8: th of 64-128 blocks) it cost 0.5-1.6%, so V = 1 there
-// (bench/NOTES.md). Each dim's sum is the same whatever V.
+// dims a thread (one chunk a row, 16-byte aligned partials: mla_run decides): a block per
+// (row, head) at Kimi's L = 512, where blocks of 128 dims spent most of their time on the
+// weights (256 rows: 8192 blocks, ~15 us a layer for 8 MB): the step 0.6% shorter at 128 rows
+// and 0.9% at 256. Where a row has several chunks (8-16 rows at TP8: th of 64-128 blocks) it
+// cost 0.5-1.6%, so V = 1 there (bench/NOTES.md). Each dim's sum is the same whatever V.
 // STAGE: the result goes out as the W_UV GEMM's bf16 operand (hi, lo: packed [T][H][L], lo NULL
 // without it) instead of o_lat, as mla_split would have converted it.
 template <bool STAGE, int V>
