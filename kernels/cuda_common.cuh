@@ -202,18 +202,9 @@ __device__ __forceinline__ uint32_t k25_pack_bf16x2(float lo, float hi) {
     return (uint32_t)k25_f2bf(lo) | ((uint32_t)k25_f2bf(hi) << 16);
 }
 
-// Asynchronous 16-byte global -> shared copies (cp.async, L1 bypassed), grouped per thread by
-// commit; wait<N> returns once at most N of the thread's groups are pending. The copies are
-// visible to the other threads only after a barrier that follows the wait.
+// A shared-memory address as the state space's 32-bit form (ldmatrix, bulk copies, mbarriers).
 __device__ __forceinline__ uint32_t k25_smem_addr(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
-}
-__device__ __forceinline__ void k25_cp_async16(void *dst, const void *src) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(k25_smem_addr(dst)), "l"(src));
-}
-__device__ __forceinline__ void k25_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void k25_cp_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
 // Bulk asynchronous copies (the TMA's non-tensor form): one thread moves a contiguous range of
@@ -259,6 +250,16 @@ __device__ __forceinline__ void k25_bulk_g2s(void *dst, const void *src, unsigne
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
                  " [%0], [%1], %2, [%3], %4;\n" ::"r"(k25_smem_addr(dst)),
                  "l"(src), "r"(bytes), "r"(k25_smem_addr(bar)), "l"(policy)
+                 : "memory");
+}
+
+// The same without an L2 policy, for data that other blocks read too (the attention's cache
+// rows, read by every head group of a row).
+__device__ __forceinline__ void k25_bulk_g2s_shared(void *dst, const void *src, unsigned bytes,
+                                                    uint64_t *bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1], %2, [%3];\n" ::"r"(k25_smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(k25_smem_addr(bar))
                  : "memory");
 }
 
