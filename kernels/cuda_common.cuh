@@ -255,7 +255,7 @@ __device__ __forceinline__ void k25_bulk_g2s(void *dst, const void *src, unsigne
 
 // The same without an L2 policy, for data that other blocks read too (the attention's cache
 // rows, read by every head group of a row).
-__device__ __forceinline__ void k25_bulk_g2s_shared(void *dst, const void *src, unsigned bytes,
+__device__ __forceinline__ void k25_bulk_g2s_nohint(void *dst, const void *src, unsigned bytes,
                                                     uint64_t *bar) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
                  " [%0], [%1], %2, [%3];\n" ::"r"(k25_smem_addr(dst)),

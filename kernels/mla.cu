@@ -492,7 +492,7 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
         const int j = jt + r_copy;
         if (rix >= 0 && j >= jlo && j < jhi) {
             k25_fence_proxy_async();
-            k25_bulk_g2s_shared(cbuf + (b * MMA_JT + r_copy) * WS, cache + (size_t)rix * W,
+            k25_bulk_g2s_nohint(cbuf + (b * MMA_JT + r_copy) * WS, cache + (size_t)rix * W,
                                 row_bytes, &tile_full[b]);
         }
     };
