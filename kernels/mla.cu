@@ -11,6 +11,8 @@
 // Shapes (local heads H): q [T][H][dn+dr], kv [T][L+dr] (raw kv_a output), out [T][H][dv];
 // cache [n_blocks*kv_block][L+dr] per layer, bf16 (default) or f32 (K25_KV_F32=1: the exact
 // latents, for bit-closeness to a float32 reference); kv_b [H*(dn+dv)][L] bf16.
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <limits.h>
 #include <stdlib.h>
 
@@ -357,6 +359,12 @@ __global__ void __launch_bounds__(256) mla_attn_kernel(k25k_mla_args a, const CT
 #define MMA_PS (MMA_JT + 8) // P row stride (elements): 144 B, an odd number of 16-byte units
 #define MMA_QV 1 // float4 columns of Q per thread and head: KP <= 4 * 32 * MMA_WARPS * MMA_QV
 #define MMA_QP 9 // HM = 8: Q fragment loads (two k-steps each) per K half: KP <= 64 * MMA_QP
+// HM = 8 (W = 576, kv_block a multiple of 64): a cache tile is MMA_TB boxes of MMA_JT rows x
+// MMA_BC values, one tensor-map copy each; a box's 144-byte rows are an odd number of 16-byte
+// units, so ldmatrix reads them without bank conflicts and without a pad.
+#define MMA_BC 72
+#define MMA_TB 8
+#define MMA_BOX (MMA_JT * MMA_BC) // elements of a box
 
 __device__ __forceinline__ void mla_ldsm_x4(uint32_t r[4], const uint16_t *p) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -386,10 +394,27 @@ __host__ __device__ __forceinline__ int mla_mma_ws(int W) { return mla_mma_kp(W)
 // C fragments of S^T, and a stride of 68 puts a warp's 32 stores in distinct banks.
 __host__ __device__ constexpr int mla_mma_sfs(int HM) { return HM == 8 ? MMA_JT + 4 : MMA_JT; }
 
+// Elements of a cache tile buffer.
+__host__ __device__ constexpr int mla_mma_tile(int HM, int WS) {
+    return HM == 8 ? MMA_TB * MMA_BOX : MMA_JT * WS;
+}
+
 static size_t mla_mma_smem(int W, int HM) {
     const size_t ws = (size_t)mla_mma_ws(W);
-    return 2 * (2 * MMA_JT * ws + 2 * (size_t)HM * ws + 2 * (size_t)HM * MMA_PS) +
-           4 * (16 * (size_t)mla_mma_sfs(HM) + HM);
+    // + 128: the tensor copies' destinations are 128-byte aligned (HM = 8)
+    return 2 * (2 * (size_t)mla_mma_tile(HM, (int)ws) + 2 * (size_t)HM * ws +
+                2 * (size_t)HM * MMA_PS) +
+           4 * (16 * (size_t)mla_mma_sfs(HM) + HM) + (HM == 8 ? 128 : 0);
+}
+
+// 2-D tensor copy of box (c0, r0) of the map into shared memory, counted on bar.
+__device__ __forceinline__ void mla_tensor_copy(void *dst, const CUtensorMap *map, int c0, int r0,
+                                                uint64_t *bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(k25_smem_addr(dst)),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(r0),
+                 "r"(k25_smem_addr(bar))
+                 : "memory");
 }
 
 // Up to 8 heads (TP8: Kimi's 64 heads over 8 ranks), HM = 8 swaps the MMAs' operands: the cache
@@ -408,7 +433,8 @@ template <bool LO, int HM>
 __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
     k25k_mla_args a, const uint16_t *__restrict__ cache, const float *__restrict__ q,
     const float *__restrict__ q_abs, const float *__restrict__ q_abs_lo, int n_chunks,
-    float *__restrict__ part_ml, float *__restrict__ part_o) {
+    float *__restrict__ part_ml, float *__restrict__ part_o,
+    const __grid_constant__ CUtensorMap cache_map) {
     static_assert(HM == MMA_HM || HM == 8, "heads per block: 16 or 8");
     constexpr bool H8 = HM == 8;
     // softmax threads per head: a warp per head at HM = 8
@@ -420,8 +446,12 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
     extern __shared__ __align__(16) unsigned char mla_smem[];
     const int L = a.L, W = L + a.dr, dq = a.dn + a.dr;
     const int KP = mla_mma_kp(W), WS = mla_mma_ws(W);
-    uint16_t *cbuf = reinterpret_cast<uint16_t *>(mla_smem); // [2][MMA_JT][WS] cache tiles
-    uint16_t *qhi = cbuf + 2 * MMA_JT * WS;                    // [MMA_HM][WS]
+    const int TS = mla_mma_tile(HM, WS);
+    // [2][TS] cache tiles: [MMA_JT][WS] rows, or (HM = 8) [MMA_TB][MMA_JT][MMA_BC] boxes
+    uint16_t *cbuf = reinterpret_cast<uint16_t *>(
+        H8 ? (reinterpret_cast<uintptr_t>(mla_smem) + 127) & ~(uintptr_t)127
+           : reinterpret_cast<uintptr_t>(mla_smem));
+    uint16_t *qhi = cbuf + 2 * TS;                             // [MMA_HM][WS]
     uint16_t *qlo = qhi + HM * WS;                             // [HM][WS]
     uint16_t *phi = qlo + HM * WS;                             // [HM][MMA_PS]
     uint16_t *plo = phi + HM * MMA_PS;                         // [HM][MMA_PS]
@@ -439,18 +469,19 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
     const int nh = min(HM, a.H - h0);
     const int n_tiles = j0 < j1 ? (int)k25_cdiv(j1 - j0, MMA_JT) : 0;
 
-    // Tile rows -> cache rows: warp w copies rows [8w, 8w + 8) of a tile, lane l < 8 row 8w + l,
-    // resolved through the block table, with one bulk copy into the tile buffer, whose mbarrier
-    // counts the bytes. (A warp's lanes issue their copies one after another: from one warp, two
-    // rows a lane, 8 sequences of 32K took 7% longer than with cp.async. As 16-byte cp.async
-    // pieces from every thread, a tile was ~18 copies a thread with their addresses and
-    // guards.) Thread 0 announces a tile's bytes before a barrier that precedes its copies: the
-    // first two at the start, tile k + 2 at the end of tile k (its buffer's last reads).
+    // Tile rows -> cache rows through the block table, copied into the tile buffer, whose
+    // mbarrier counts the bytes. HM = 16: warp w copies rows [8w, 8w + 8) of a tile, lane l < 8
+    // row 8w + l, one bulk copy a row. HM = 8: the tile's 64 rows are consecutive in the cache (a
+    // paged block holds a multiple of 64), and lane 0 of warp w copies box w of them through the
+    // cache's tensor map: 8 copies a tile instead of 64 (a warp's lanes issue their copies one
+    // after another, and at 8 x 32K warps spent 13% of their samples issuing row copies). Thread
+    // 0 announces a tile's bytes before a barrier that precedes its copies: the first two at the
+    // start, tile k + 2 at the end of tile k (its buffer's last reads).
     const unsigned row_bytes = 2u * (unsigned)W; // W % 8 == 0: 16-byte multiples (mla_run)
     const int vpr = W / 8;                       // 16-byte pieces per cache row
     __shared__ __align__(8) uint64_t tile_full[2]; // a cache buffer's bytes have landed
     auto expect = [&](int k) {
-        const int rows = min(MMA_JT, j1 - j0 - k * MMA_JT);
+        const int rows = H8 ? MMA_JT : min(MMA_JT, j1 - j0 - k * MMA_JT); // boxes: whole
         k25_mbar_expect_tx(&tile_full[k & 1], (unsigned)rows * row_bytes);
     };
     if (tid == 0) {
@@ -471,10 +502,10 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
     }
 
     bool bad_block = false; // reported after the wait (no global write before it)
-    const int r_copy = 8 * warp + lane; // the tile row this lane copies (lane < 8)
+    const int r_copy = H8 ? 0 : 8 * warp + lane; // the tile row this lane copies (lane < 8)
     auto resolve = [&](int jt) {
         const int j = jt + r_copy;
-        if (lane >= 8 || j >= j1) return -1;
+        if ((H8 ? lane > 0 : lane >= 8) || j >= j1) return -1;
         const int bi = j / a.kv_block;
         int blk = bi < a.max_blocks && (unsigned)s < (unsigned)a.max_seqs
                       ? a.block_table[(size_t)s * a.max_blocks + bi]
@@ -490,34 +521,52 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
     // copies' writes.
     auto issue = [&](int jt, int rix, int b, int jlo, int jhi) {
         const int j = jt + r_copy;
-        if (rix >= 0 && j >= jlo && j < jhi) {
+        if (H8 && rix >= 0) { // the whole tile (jlo, jhi: the caller's)
             k25_fence_proxy_async();
-            k25_bulk_g2s_nohint(cbuf + (b * MMA_JT + r_copy) * WS, cache + (size_t)rix * W,
-                                row_bytes, &tile_full[b]);
+            mla_tensor_copy(cbuf + b * TS + warp * MMA_BOX, &cache_map, warp * MMA_BC, rix,
+                            &tile_full[b]);
+        } else if (!H8 && rix >= 0 && j >= jlo && j < jhi) {
+            k25_fence_proxy_async();
+            k25_bulk_g2s_nohint(cbuf + b * TS + r_copy * WS, cache + (size_t)rix * W, row_bytes,
+                                &tile_full[b]);
         }
     };
     // P V reads a tile's rows up to a multiple of 16, with P = 0 past the chunk: zeros there
-    // (the last tile's), as stale shared memory could hold NaN patterns (0 * NaN = NaN). The
-    // rows after them are read only by the scores, which the softmax masks. Each warp its rows.
+    // (the last tile's), as stale shared memory or cache rows could hold NaN patterns (0 * NaN =
+    // NaN). The rows after them are read only by the scores, which the softmax masks. HM = 16:
+    // each warp its rows, which are not copied; HM = 8: every thread, over the copied boxes,
+    // after they landed.
     auto zero_tail = [&](int jt, int b) {
         const int kmax = min(MMA_JT, j1 - jt), k16 = (kmax + 15) & ~15;
-        const int r0 = max(kmax, 8 * warp), r1 = min(k16, 8 * warp + 8);
-        for (int i = lane; i < (r1 - r0) * vpr; i += 32)
-            *reinterpret_cast<uint4 *>(cbuf + (b * MMA_JT + r0 + i / vpr) * WS + (i % vpr) * 8) =
-                make_uint4(0, 0, 0, 0);
+        if constexpr (H8) {
+            constexpr int U = MMA_TB * MMA_BC / 8; // 16-byte units of a row, over the boxes
+            for (int i = tid; i < (k16 - kmax) * U; i += blockDim.x) {
+                const int r = kmax + i / U, u = i % U;
+                *reinterpret_cast<uint4 *>(cbuf + b * TS + (u / (MMA_BC / 8)) * MMA_BOX +
+                                           r * MMA_BC + (u % (MMA_BC / 8)) * 8) =
+                    make_uint4(0, 0, 0, 0);
+            }
+        } else {
+            const int r0 = max(kmax, 8 * warp), r1 = min(k16, 8 * warp + 8);
+            for (int i = lane; i < (r1 - r0) * vpr; i += 32)
+                *reinterpret_cast<uint4 *>(cbuf + b * TS + (r0 + i / vpr) * WS + (i % vpr) * 8) =
+                    make_uint4(0, 0, 0, 0);
+        }
     };
 
     // The step writes the cache rows of its own tokens (the absorption kernel before this one):
     // a sequence's rows of the step are consecutive positions, so those of row t's sequence
     // are at pos[t] - (T - 1) or later. The first tile's rows before that were written by
     // earlier steps, and their copies, the block's first DRAM round trip, overlap the kernel
-    // before this one; the rest of the tile follows the wait.
+    // before this one; the rest of the tile follows the wait (HM = 8: the whole tile, unless
+    // all its rows are older).
     const int j_old = len - a.T; // rows [0, j_old) of the sequence are older than the step
     const int rix0 = resolve(j0);
-    issue(j0, rix0, 0, 0, j_old);
-    zero_tail(j0, 0);
+    const bool old0 = j0 + MMA_JT <= j_old;
+    if (!H8 || old0) issue(j0, rix0, 0, 0, j_old);
+    if (!H8) zero_tail(j0, 0);
     k25_pdl_wait();
-    issue(j0, rix0, 0, j_old, INT_MAX);
+    if (!H8 || !old0) issue(j0, rix0, 0, j_old, INT_MAX);
 
     // Q (f32 q_abs then roped q_pe) -> bf16 hi + lo; zero heads past nh and columns past W.
     // Four columns per thread and step (L, dn and dr are multiples of 4: float4 loads), heads
@@ -595,15 +644,25 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
 #pragma unroll
             for (int e = 0; e < 4; e++) o[i][n][e] = 0.0f;
     float m_run = -INFINITY, l_run = 0.0f; // head tid / TPH (the softmax thread group)
+    // HM = 8, P V: this lane's 16-byte unit of output slice i (dims 16 (warp + 8 i) + 8 (lane
+    // >> 3 & 1)) in the boxes
+    int colo[MMA_NT16];
+#pragma unroll
+    for (int i = 0; i < MMA_NT16; i++) {
+        const int u = 2 * (warp + MMA_WARPS * i) + ((lane >> 3) & 1);
+        colo[i] = (u / (MMA_BC / 8)) * MMA_BOX + (u % (MMA_BC / 8)) * 8;
+    }
 
     for (int it = 0; it < n_tiles; it++) {
         const int jt = j0 + it * MMA_JT;
-        const uint16_t *cb = cbuf + (it & 1) * MMA_JT * WS;
+        const uint16_t *cb = cbuf + (it & 1) * TS;
         if (it + 1 < n_tiles) {
             issue(jt + MMA_JT, resolve(jt + MMA_JT), (it + 1) & 1, 0, INT_MAX);
-            zero_tail(jt + MMA_JT, (it + 1) & 1);
+            if (!H8) zero_tail(jt + MMA_JT, (it + 1) & 1);
         }
         k25_mbar_wait(&tile_full[it & 1], (it >> 1) & 1); // its k-th use completes phase k
+        // the last tile, never refilled: generic stores after the copies, no proxy fence
+        if (H8 && j1 - jt < MMA_JT) zero_tail(jt, it & 1);
         __syncthreads(); // this tile's zeros (and Q, first time) visible to every warp
 
         if constexpr (H8) {
@@ -611,20 +670,26 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
             // tile per k-step (rows 0-7 / 8-15 x k 0-7 / 8-15), four accumulator chains.
             float s0[4] = {0, 0, 0, 0}, s1[4] = {0, 0, 0, 0}, s2[4] = {0, 0, 0, 0},
                   s3[4] = {0, 0, 0, 0};
-            const int mt = warp & 3;
-            const uint16_t *ca =
-                cb + (mt * 16 + (lane & 15)) * WS + kh * (KP / 2) + (lane >> 4) * 8;
+            // 16-byte unit u = 4 i (+ 2) of the warp's K half (36 units: 4 boxes), + lane >> 4:
+            // box u / 9, unit u % 9 in it, where a lane with lane >> 4 = 1 at unit 8 reads unit
+            // 0 of the next box; two bases, so that each address is a base plus a constant
+            const int mt = warp & 3, rr = (mt * 16 + (lane & 15)) * MMA_BC, hh = lane >> 4;
+            const uint16_t *ba = cb + kh * 4 * MMA_BOX + rr + hh * 8;
+            const uint16_t *bb = cb + kh * 4 * MMA_BOX + rr + hh * (MMA_BOX - 64);
+            auto unit = [&](int u) {
+                return (u % 9 == 8 ? bb : ba) + (u / 9) * MMA_BOX + (u % 9) * 8;
+            };
+            static_assert(MMA_BC == 72 && MMA_QP * 4 == 36, "HM = 8: a K half is 4 boxes");
 #pragma unroll
-            for (int i = 0; i < QP; i++)
-                if (i < np) {
-                    uint32_t c0[4], c1[4];
-                    mla_ldsm_x4(c0, ca + 32 * i);
-                    mla_ldsm_x4(c1, ca + 32 * i + 16);
-                    mla_mma(s0, c0, qf[i][0][0], qf[i][0][1]);
-                    mla_mma(s1, c0, qf[i][1][0], qf[i][1][1]);
-                    mla_mma(s2, c1, qf[i][0][2], qf[i][0][3]);
-                    mla_mma(s3, c1, qf[i][1][2], qf[i][1][3]);
-                }
+            for (int i = 0; i < QP; i++) {
+                uint32_t c0[4], c1[4];
+                mla_ldsm_x4(c0, unit(4 * i));
+                mla_ldsm_x4(c1, unit(4 * i + 2));
+                mla_mma(s0, c0, qf[i][0][0], qf[i][0][1]);
+                mla_mma(s1, c0, qf[i][1][0], qf[i][1][1]);
+                mla_mma(s2, c1, qf[i][0][2], qf[i][0][3]);
+                mla_mma(s3, c1, qf[i][1][2], qf[i][1][3]);
+            }
             // C fragment: rows g, g + 8 of the row tile, heads 2c, 2c + 1
             float *sp = sf + kh * 8 * SFS;
             const int r = mt * 16 + (lane >> 2), hc = (lane & 3) * 2;
@@ -716,8 +781,7 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
                 o[i][0][3] *= c_b;
             }
             const int poff = (lane & 7) * MMA_PS + (lane >> 3) * 8;
-            const uint16_t *vr =
-                cb + ((lane & 7) + ((lane >> 4) << 3)) * WS + ((lane >> 3) & 1) * 8;
+            const uint16_t *vr = cb + ((lane & 7) + ((lane >> 4) << 3)) * MMA_BC;
             for (int k0 = 0; k0 < kmax; k0 += 32) {
                 uint32_t bh[4], bl[4];
                 mla_ldsm_x4(bh, phi + poff + k0);
@@ -728,12 +792,12 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
                     const int n16 = warp + MMA_WARPS * i;
                     if (n16 * 16 >= L) break;
                     uint32_t c0[4];
-                    mla_ldsm_x4_trans(c0, vr + k0 * WS + n16 * 16);
+                    mla_ldsm_x4_trans(c0, vr + k0 * MMA_BC + colo[i]);
                     mla_mma(o[i][0], c0, bh[0], bh[1]);
                     mla_mma(o[i][0], c0, bl[0], bl[1]);
                     if (two) {
                         uint32_t c1[4];
-                        mla_ldsm_x4_trans(c1, vr + (k0 + 16) * WS + n16 * 16);
+                        mla_ldsm_x4_trans(c1, vr + (k0 + 16) * MMA_BC + colo[i]);
                         mla_mma(o[i][0], c1, bh[2], bh[3]);
                         mla_mma(o[i][0], c1, bl[2], bl[3]);
                     }
@@ -1047,6 +1111,44 @@ size_t k25k_mla_workspace_floats(int T, int H, int L, int n_chunks) {
            th * L /* o_lat */;
 }
 
+// A 2-D tensor map of a layer's bf16 cache [rows][W] for boxes of MMA_JT rows x MMA_BC values,
+// encoded once per cache through the driver's entry point (nothing links libcuda).
+static CUtensorMap mla_cache_map(const void *cache, int64_t rows, int W) {
+    static struct {
+        const void *p;
+        int64_t rows;
+        int W;
+        CUtensorMap map;
+    } maps[256];
+    static int n_maps = 0;
+    static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+    for (int i = 0; i < n_maps; i++)
+        if (maps[i].p == cache && maps[i].rows == rows && maps[i].W == W) return maps[i].map;
+    if (!encode) {
+        void *fn = nullptr;
+        cudaDriverEntryPointQueryResult found;
+        CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                                    cudaEnableDefault, &found));
+        if (found != cudaDriverEntryPointSuccess || !fn)
+            K25_DIE("MLA: the CUDA driver has no cuTensorMapEncodeTiled");
+        encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+    }
+    CUtensorMap map;
+    const cuuint64_t dim[2] = {(cuuint64_t)W, (cuuint64_t)rows}, stride[1] = {(cuuint64_t)W * 2};
+    const cuuint32_t box[2] = {MMA_BC, MMA_JT}, step[2] = {1, 1};
+    const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void *>(cache),
+                              dim, stride, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                              CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        K25_DIE("MLA: cuTensorMapEncodeTiled failed (CUresult %d) for a cache of %lld rows",
+                (int)r, (long long)rows);
+    if (n_maps < 256)
+        maps[n_maps].p = cache, maps[n_maps].rows = rows, maps[n_maps].W = W,
+        maps[n_maps++].map = map;
+    return map;
+}
+
 template <typename CT>
 static int mla_run(const k25k_mla_args *a, CT *cache, const uint16_t *kvb, float *q, float *kv,
                    float *out, uint16_t *out_hi, uint16_t *out_lo, float *ws, int n_chunks,
@@ -1075,7 +1177,10 @@ static int mla_run(const k25k_mla_args *a, CT *cache, const uint16_t *kvb, float
         getenv("K25_MLA_CUDA_CORES") && atoi(getenv("K25_MLA_CUDA_CORES"));
     // up to 8 heads, the kernel with the operands swapped (Kimi at TP8)
     const int KP = mla_mma_kp(W);
-    const int hm = H <= 8 && KP % 64 == 0 && KP <= 64 * MMA_QP && L % 16 == 0 ? 8 : MMA_HM;
+    const int hm = H <= 8 && W == MMA_TB * MMA_BC && KP <= 64 * MMA_QP && L % 16 == 0 &&
+                           a->kv_block % MMA_JT == 0
+                       ? 8
+                       : MMA_HM;
     const size_t smem_mma = mla_mma_smem(W, hm);
     const bool mma = sizeof(CT) == 2 && !cores_only && L <= 16 * MMA_NT16 * MMA_WARPS &&
                      W % 8 == 0 && L % 4 == 0 && dn % 4 == 0 &&
@@ -1114,9 +1219,11 @@ static int mla_run(const k25k_mla_args *a, CT *cache, const uint16_t *kvb, float
             mma_set[inst] = smem_mma;
         }
         dim3 g3((unsigned)n_chunks, (unsigned)k25_cdiv(H, hm), (unsigned)T);
+        const CUtensorMap map =
+            hm == 8 ? mla_cache_map(cache, (int64_t)a->n_blocks * a->kv_block, W) : CUtensorMap{};
         k25_launch("mla_attn_mma", kernel, g3, MMA_WARPS * 32, smem_mma, s, *a,
                    reinterpret_cast<const uint16_t *>(cache), q, qa_parts ? qa_parts : q_abs,
-                   qa_parts ? qa_parts + th * L : nullptr, n_chunks, part_ml, part_o);
+                   qa_parts ? qa_parts + th * L : nullptr, n_chunks, part_ml, part_o, map);
         tile = MMA_JT;
     } else {
         size_t smem = sizeof(float) * (MLA_HG * (size_t)W + MLA_JT * (size_t)(W + 4) +
