@@ -223,6 +223,7 @@ void k25k_w4_repack(const uint32_t *wa, const uint32_t *wb, const uint16_t *sa,
 #define W4_STAGE_W (W4_KCB * W4_KB_W) // a stage: the chunk's weights, then its scales
 #define W4_STAGE_BYTES (W4_KCB * (W4_KB_W + W4_KB_S))
 #define W4_RING_BYTES (W4_NW * W4_STAGES * W4_STAGE_BYTES)
+#define W4_ROW_GROUP_ROWS 128 // the fewest rows of a step whose down GEMM takes row groups
 
 __device__ __forceinline__ void mma_bf16_16816(float d[4], const uint32_t a[4], uint32_t b0,
                                                uint32_t b1, const float c[4]) {
@@ -338,9 +339,9 @@ __device__ __forceinline__ void gate_up_tail(const float *__restrict__ part,
 // Persistent grid: block b takes unit b, then the next unit no block has taken (a ticket counter,
 // see the unit loop), of the n_items x row-blocks x n_splits units of the step (plan r.plan[pl],
 // r.plan[pl + 1] from the routing kernel; an item is one expert and up to NTT x 8 of its slots, a
-// row-block W4_NW tiles of 32 rows, a split kb_per_split k-blocks). Consecutive units are the
-// splits of one row-block, so neighbouring blocks stream neighbouring weights. Each unit streams
-// its tiles' weights over its K range once.
+// row-block W4_NW tiles of 32 rows, a split kb_per_split k-blocks; with RGS a unit may hold RG
+// row-blocks, see RG). Consecutive units are the splits of one row-block, so neighbouring blocks
+// stream neighbouring weights. Each unit streams its tiles' weights over its K range once.
 //   X: activation rows [*][x_ld] f32; row of slot j is row_index[j] (gate_up: the slot's token)
 //      or j itself (down: the slot's intermediate row).
 //   part: [n_splits][A][N] f32 (gate_up: gate at [0, I), up at [I, 2I)).
@@ -362,13 +363,14 @@ __device__ __forceinline__ void gate_up_tail(const float *__restrict__ part,
 // waiting for the one before it (four L2 round trips ahead of the staging at batch 1;
 // bench/NOTES.md).
 // Shared memory: the staging tiles plus the warps' rings (W4_RING_BYTES, dynamic).
-template <int NTT, bool SPLIT, bool ONE>
+template <int NTT, bool SPLIT, bool ONE, bool RGS>
 __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_kernel(
     const uint4 *__restrict__ Wt, const uint2 *__restrict__ St, size_t w_stride, size_t s_stride,
     int N, int K, int gate_up, const float *__restrict__ X, int x_ld,
     const int *__restrict__ row_index, k25k_moe_route r, int pl, float *__restrict__ part, int A,
     float *__restrict__ h, int one_splits) {
     static_assert(!ONE || NTT == 1, "one row: items of one slot");
+    static_assert(!ONE || !RGS, "one row: a row-block a unit");
     constexpr int KCB = W4_KCB, XS = W4_XS, S = W4_STAGES;
     extern __shared__ __align__(128) uint8_t w4_ring[]; // [W4_NW][S][W4_STAGE_BYTES]
     __shared__ __align__(16) uint32_t xs[NTT * 8 * XS];
@@ -395,7 +397,20 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
     const int NT = N / 32, KB = K / 32;
     const int kb_per_split = (KB + n_splits - 1) / n_splits;
     const int rbs = (NT + W4_NW - 1) / W4_NW;
-    const int n_units = (ONE ? A : *r.n_items) * rbs * n_splits;
+    const int items = ONE ? A : *r.n_items;
+    // Row-blocks per unit (RG). Where a tile is one chunk (the down GEMM at TP8: K = 256) and
+    // units are plentiful, a unit takes RG consecutive row-blocks of its item: its activations
+    // are staged once for all of them and the ring streams their chunks back to back, where every
+    // row-block was a unit of its own with its own start, staging and barriers around one chunk.
+    // RGS: the instantiation that may group, launched for the down GEMM of long steps only
+    // (k25k_moe_w4a16_gemm says why).
+    int RG = 1;
+    if (RGS && !h && n_splits == 1 && KB <= KCB) {
+        const int units1 = items * rbs, grid = (int)gridDim.x;
+        RG = rbs % 4 == 0 && units1 >= 8 * grid ? 4 : rbs % 2 == 0 && units1 >= 4 * grid ? 2 : 1;
+    }
+    const int rgs = rbs / RG;
+    const int n_units = items * rgs * n_splits;
     const int I = N / 2;
     const uint64_t policy = k25_l2_evict_first();
     // chunks this warp has issued into and consumed from its ring, over all its units: the
@@ -417,8 +432,9 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
         if (tk == n_units - 1) atomicExch(tickets, 0);
         next_unit[it & 1] = gridDim.x + tk;
     }
-    const int item = unit / (rbs * n_splits), rem = unit - item * (rbs * n_splits);
-    const int rb = rem / n_splits, ks = rem - rb * n_splits;
+    const int item = unit / (rgs * n_splits), rem = unit - item * (rgs * n_splits);
+    const int rg = rem / n_splits, ks = rem - rg * n_splits;
+    const int rb = rg * RG;
     // the item's slots come with it (not from counts/offsets of its expert, one more dependent
     // load before the first weight load)
     const int e = r.item_expert[item], enc = ONE ? 1 : r.item_p0[item];
@@ -433,24 +449,32 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
     const int kb1 = min(KB, kb0 + kb_per_split);
     const uint4 *wt = Wt + (size_t)e * w_stride + (size_t)nt * KB * 32;
     const uint2 *st = St + (size_t)e * s_stride + (size_t)nt * KB * 8;
-    // chunk kc's k-blocks into the next stage of the ring (one lane copies; the count is the
-    // warp's). The stage was last read a ring ago, in this unit or the previous one: every
-    // lane's reads are ordered before the copy's writes first.
-    auto issue = [&](int kc) {
+    // chunk kc's k-blocks of the unit's row tile rt (row-block rb + rt) into the next stage of
+    // the ring (one lane copies; the count is the warp's). The stage was last read a ring ago,
+    // in this unit or the previous one: every lane's reads are ordered before the copy's writes
+    // first.
+    auto issue = [&](int rt, int kc) {
         const int nk = min(kb1 - kc, KCB), q = issued % S;
+        const size_t tw = (size_t)rt * W4_NW * KB;
         __syncwarp();
         if (lane == 0) {
             k25_fence_proxy_async();
             uint8_t *dst = ring + q * W4_STAGE_BYTES;
             k25_mbar_expect_tx(&full[warp][q], nk * (W4_KB_W + W4_KB_S));
-            k25_bulk_g2s(dst, wt + (size_t)kc * 32, nk * W4_KB_W, &full[warp][q], policy);
-            k25_bulk_g2s(dst + W4_STAGE_W, st + (size_t)kc * 8, nk * W4_KB_S, &full[warp][q],
+            k25_bulk_g2s(dst, wt + (tw + kc) * 32, nk * W4_KB_W, &full[warp][q], policy);
+            k25_bulk_g2s(dst + W4_STAGE_W, st + (tw + kc) * 8, nk * W4_KB_S, &full[warp][q],
                          policy);
         }
         issued++;
     };
-    if (nt < NT)
-        for (int i = 0; i < S && kb0 + i * KCB < kb1; i++) issue(kb0 + i * KCB);
+    // the ring's first S chunks: the tile's, or (RG > 1, one chunk a tile) the first S tiles'
+    if (RG == 1) {
+        if (nt < NT)
+            for (int i = 0; i < S && kb0 + i * KCB < kb1; i++) issue(0, kb0 + i * KCB);
+    } else {
+        for (int i = 0; i < S && i < RG; i++)
+            if (nt + i * W4_NW < NT) issue(i, kb0);
+    }
     // read by the staging after the chunk loop's first barrier; the previous unit's last
     // staging finished before its second one
     if (threadIdx.x < mp)
@@ -459,12 +483,15 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
                                        : row_index[slot0 + threadIdx.x];
 
     float acc[NTT][2][4];
+    auto zero_acc = [&]() {
 #pragma unroll
-    for (int j = 0; j < NTT; j++)
+        for (int j = 0; j < NTT; j++)
 #pragma unroll
-        for (int s2 = 0; s2 < 2; s2++)
+            for (int s2 = 0; s2 < 2; s2++)
 #pragma unroll
-            for (int q = 0; q < 4; q++) acc[j][s2][q] = 0.0f;
+                for (int q = 0; q < 4; q++) acc[j][s2][q] = 0.0f;
+    };
+    zero_acc();
 
     // Thread cp stages column pair cp of every slot (16 KCB pairs <= blockDim.x), the loads of
     // SB slots in flight together: one L2 round trip per SB slots. (One slot per iteration, its
@@ -508,12 +535,15 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
     };
     load_next(kb0);
 
+    for (int rt = 0; rt < RG; rt++) { // row tiles; the activations are staged for the first
+    const int ntr = nt + rt * W4_NW;
     // kb0 < kb1 (moe_plan makes no empty split): no loop guard, which let the expert id's load
     // sink past the guard, behind the wait for the item's slots (one more dependent load)
     int kc0 = kb0;
     do {
         const int nk = min(kb1 - kc0, KCB);
         const int pairs = nk * 16;
+        if (rt == 0) { // block-uniform
         __syncthreads(); // the previous chunk's (or unit's) readers are done with xs
         if (cp < pairs) {
             const float *xc = X + (size_t)kc0 * 32 + 2 * cp;
@@ -536,7 +566,8 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
         }
         __syncthreads();
         if (kc0 + KCB < kb1) load_next(kc0 + KCB);
-        if (nt < NT) {
+        }
+        if (ntr < NT) {
             const int q = consumed % S;
             k25_mbar_wait(&full[warp][q], (consumed / S) & 1);
             const uint4 *rw = reinterpret_cast<const uint4 *>(ring + q * W4_STAGE_BYTES) + lane;
@@ -611,10 +642,14 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
             if (nk == KCB) run(std::true_type());
             else run(std::false_type());
             consumed++;
-            if (kc0 + S * KCB < kb1) issue(kc0 + S * KCB);
+            if (RG == 1) {
+                if (kc0 + S * KCB < kb1) issue(0, kc0 + S * KCB);
+            } else if (rt + S < RG && ntr + S * W4_NW < NT) {
+                issue(rt + S, kb0);
+            }
         }
     } while ((kc0 += KCB) < kb1);
-    if (nt < NT) {
+    if (ntr < NT) {
         if (packed) // column m + 4 holds slot m's lo product: lane c + 2 (lane ^ 2) has it
 #pragma unroll
             for (int s2 = 0; s2 < 2; s2++)
@@ -630,11 +665,13 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
                     int tok = j * 8 + 2 * c + (q & 1);
                     if (tok >= mp) continue; // packed: lanes c >= 2 hold columns 4-7, tok >= 4
                     int rl = g + (q >= 2 ? 8 : 0); // row within the 16-row half
-                    int n = gate_up ? (s2 == 0 ? nt * 16 + rl : I + nt * 16 + rl)
-                                    : nt * 32 + s2 * 16 + rl;
+                    int n = gate_up ? (s2 == 0 ? ntr * 16 + rl : I + ntr * 16 + rl)
+                                    : ntr * 32 + s2 * 16 + rl;
                     part[((size_t)ks * A + slot0 + tok) * N + n] = acc[j][s2][q];
                 }
     }
+    if (rt + 1 < RG) zero_acc();
+    } // row tiles
     if (h) { // block-uniform
         if (n_splits > 1) {
             // One thread orders the whole block's partial stores (made before the barrier)
@@ -682,22 +719,22 @@ int k25k_moe_max_items(int T, int top_k, int E) {
 // batch-1 decode lost 0.13 ms a token (61 layers), the same kernels with programmatic
 // dependent launch off did not (bench/NOTES.md): the SMs' L1 / shared-memory split then
 // differs from the kernels around it, and an SM is reconfigured only once it is empty.
-template <int NTT, bool SPLIT, bool ONE> static int w4_blocks_per_sm(void) {
+template <int NTT, bool SPLIT, bool ONE, bool RGS> static int w4_blocks_per_sm(void) {
     static int v = 0;
     if (!v) {
         int b = 0;
-        CUDA_CHECK(cudaFuncSetAttribute(w4a16_grouped_kernel<NTT, SPLIT, ONE>,
+        CUDA_CHECK(cudaFuncSetAttribute(w4a16_grouped_kernel<NTT, SPLIT, ONE, RGS>,
                                         cudaFuncAttributeMaxDynamicSharedMemorySize, W4_RING_BYTES));
         CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &b, w4a16_grouped_kernel<NTT, SPLIT, ONE>, W4_NW * 32, W4_RING_BYTES));
+            &b, w4a16_grouped_kernel<NTT, SPLIT, ONE, RGS>, W4_NW * 32, W4_RING_BYTES));
         v = b > 0 ? b : 1;
     }
     return v;
 }
 
-template <int NTT, bool ONE = false> static int w4_blocks_per_sm(void) {
-    return k25k_split_activations() ? w4_blocks_per_sm<NTT, true, ONE>()
-                                    : w4_blocks_per_sm<NTT, false, ONE>();
+template <int NTT, bool ONE = false, bool RGS = false> static int w4_blocks_per_sm(void) {
+    return k25k_split_activations() ? w4_blocks_per_sm<NTT, true, ONE, RGS>()
+                                    : w4_blocks_per_sm<NTT, false, ONE, RGS>();
 }
 
 // Blocks of the grouped GEMM resident at once for steps of T rows (the persistent grid), of the
@@ -729,12 +766,17 @@ template <int NTT, bool ONE = false>
 static void w4_launch(const uint4 *w4, const uint2 *s2, size_t w_stride, size_t s_stride, int N,
                       int K, int gate_up, const float *X, int x_ld, const int *row_index,
                       const k25k_moe_route *r, int A, int max_units, int num_sms,
-                      float *part, float *h, int one_splits, cudaStream_t s) {
-    int64_t grid = (int64_t)w4_blocks_per_sm<NTT, ONE>() * (num_sms > 0 ? num_sms : 1);
+                      float *part, float *h, int one_splits, bool row_groups, cudaStream_t s) {
+    const bool rgs = !ONE && row_groups;
+    const bool split = k25k_split_activations();
+    const int per_sm = rgs ? w4_blocks_per_sm<NTT, ONE, !ONE>() : w4_blocks_per_sm<NTT, ONE>();
+    int64_t grid = (int64_t)per_sm * (num_sms > 0 ? num_sms : 1);
     if (grid > max_units) grid = max_units;
     if (grid < 1) grid = 1;
-    auto *kernel = k25k_split_activations() ? w4a16_grouped_kernel<NTT, true, ONE>
-                                            : w4a16_grouped_kernel<NTT, false, ONE>;
+    auto *kernel = rgs ? (split ? w4a16_grouped_kernel<NTT, true, ONE, !ONE>
+                                : w4a16_grouped_kernel<NTT, false, ONE, !ONE>)
+                       : (split ? w4a16_grouped_kernel<NTT, true, ONE, false>
+                                : w4a16_grouped_kernel<NTT, false, ONE, false>);
     k25_launch("w4a16_grouped", kernel, (unsigned)grid, W4_NW * 32, W4_RING_BYTES, s, w4, s2,
                w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, *r, gate_up ? 0 : 2, part,
                A, gate_up ? h : NULL, one_splits);
@@ -757,22 +799,28 @@ void k25k_moe_w4a16_gemm(const uint32_t *Wt, const uint16_t *St, int E, int N, i
     const uint4 *w4 = reinterpret_cast<const uint4 *>(Wt);
     const uint2 *s2 = reinterpret_cast<const uint2 *>(St);
     const int ntt = w4_ntt(T);
+    // Row groups (the kernel's RGS) for the down GEMM's one-chunk tiles from this many rows. Its
+    // own instantiation: where both GEMMs run one kernel's code, the row-tile loop's registers
+    // cost gate+up 5% at 16 rows; as a second kernel it costs the instruction cache of every
+    // launch, which short steps do not win back (bench/NOTES.md: 16 rows 3% slower, 64 even, 256
+    // rows 3% faster).
+    const bool rg = !gate_up && K <= W4_KCB * 32 && T >= W4_ROW_GROUP_ROWS;
     if (T == 1 && top_k <= K25K_MOE_ONE_MAX_K) {
         // the plan the routing sort writes (k25k_moe_sort_opts)
         const moe_sort_opts o = k25k_moe_sort_opts(T, top_k, gate_up ? N / 2 : K,
                                                    gate_up ? K : N, num_sms);
         const int ns = o.one_plan[gate_up ? 0 : 2];
         w4_launch<1, true>(w4, s2, w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, r, A,
-                           (int)(rbs * A * ns), num_sms, part, h, ns, s);
+                           (int)(rbs * A * ns), num_sms, part, h, ns, false, s);
     } else if (ntt == 1)
         w4_launch<1>(w4, s2, w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, r, A,
-                     max_units, num_sms, part, h, 0, s);
+                     max_units, num_sms, part, h, 0, rg, s);
     else if (ntt == 2)
         w4_launch<2>(w4, s2, w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, r, A,
-                     max_units, num_sms, part, h, 0, s);
+                     max_units, num_sms, part, h, 0, rg, s);
     else
         w4_launch<4>(w4, s2, w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, r, A,
-                     max_units, num_sms, part, h, 0, s);
+                     max_units, num_sms, part, h, 0, rg, s);
 }
 
 // ------------------------------------------------------------------------------------------

@@ -89,6 +89,10 @@ if [ -x "$OPS" ]; then
     # K25_MOE_PASS=32 keeps items of up to 32 on the 4-tile one
     check ops_kimi_tp8_moe_pass32 300 env K25_MOE_PASS=32 "$OPS" --config config/kimi_k25.ini \
         --tp 8 --rank 3 --set model.num_hidden_layers=2 --rows 17,67 --ctx 600 --only moe
+    # the down GEMM's row groups (from 128 rows, one-chunk tiles of TP8): 4 row-blocks a unit
+    # at 128 and 256 rows of random choices, 2 at 128 rows on the same 8 experts (64 items)
+    check ops_kimi_tp8_moe_row_groups 300 "$OPS" --config config/kimi_k25.ini --tp 8 --rank 3 \
+        --set model.num_hidden_layers=2 --rows 128,256 --ctx 600 --only moe
     # split plans: above 8 rows every step over-splits (K25_MOE_OVER_ROWS); the plans of
     # every step from 1 row, and of none but long items' steps
     check ops_kimi_tp8_moe_over_rows0 300 env K25_MOE_OVER_ROWS=0 "$OPS" \
