@@ -767,16 +767,16 @@ static void w4_launch(const uint4 *w4, const uint2 *s2, size_t w_stride, size_t 
                       int K, int gate_up, const float *X, int x_ld, const int *row_index,
                       const k25k_moe_route *r, int A, int max_units, int num_sms,
                       float *part, float *h, int one_splits, bool row_groups, cudaStream_t s) {
-    const bool rgs = !ONE && row_groups;
-    const bool split = k25k_split_activations();
-    const int per_sm = rgs ? w4_blocks_per_sm<NTT, ONE, !ONE>() : w4_blocks_per_sm<NTT, ONE>();
+    constexpr bool RGS = !ONE; // the grouping instantiation; one-row launches have none
+    const bool grouped = RGS && row_groups, split = k25k_split_activations();
+    const int per_sm = grouped ? w4_blocks_per_sm<NTT, ONE, RGS>() : w4_blocks_per_sm<NTT, ONE>();
     int64_t grid = (int64_t)per_sm * (num_sms > 0 ? num_sms : 1);
     if (grid > max_units) grid = max_units;
     if (grid < 1) grid = 1;
-    auto *kernel = rgs ? (split ? w4a16_grouped_kernel<NTT, true, ONE, !ONE>
-                                : w4a16_grouped_kernel<NTT, false, ONE, !ONE>)
-                       : (split ? w4a16_grouped_kernel<NTT, true, ONE, false>
-                                : w4a16_grouped_kernel<NTT, false, ONE, false>);
+    auto *kernel = grouped ? (split ? w4a16_grouped_kernel<NTT, true, ONE, RGS>
+                                    : w4a16_grouped_kernel<NTT, false, ONE, RGS>)
+                           : (split ? w4a16_grouped_kernel<NTT, true, ONE, false>
+                                    : w4a16_grouped_kernel<NTT, false, ONE, false>);
     k25_launch("w4a16_grouped", kernel, (unsigned)grid, W4_NW * 32, W4_RING_BYTES, s, w4, s2,
                w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, *r, gate_up ? 0 : 2, part,
                A, gate_up ? h : NULL, one_splits);
@@ -804,7 +804,7 @@ void k25k_moe_w4a16_gemm(const uint32_t *Wt, const uint16_t *St, int E, int N, i
     // cost gate+up 5% at 16 rows; as a second kernel it costs the instruction cache of every
     // launch, which short steps do not win back (bench/NOTES.md: 16 rows 3% slower, 64 even, 256
     // rows 3% faster).
-    const bool rg = !gate_up && K <= W4_KCB * 32 && T >= W4_ROW_GROUP_ROWS;
+    const bool row_groups = !gate_up && K <= W4_KCB * 32 && T >= W4_ROW_GROUP_ROWS;
     if (T == 1 && top_k <= K25K_MOE_ONE_MAX_K) {
         // the plan the routing sort writes (k25k_moe_sort_opts)
         const moe_sort_opts o = k25k_moe_sort_opts(T, top_k, gate_up ? N / 2 : K,
@@ -814,13 +814,13 @@ void k25k_moe_w4a16_gemm(const uint32_t *Wt, const uint16_t *St, int E, int N, i
                            (int)(rbs * A * ns), num_sms, part, h, ns, false, s);
     } else if (ntt == 1)
         w4_launch<1>(w4, s2, w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, r, A,
-                     max_units, num_sms, part, h, 0, rg, s);
+                     max_units, num_sms, part, h, 0, row_groups, s);
     else if (ntt == 2)
         w4_launch<2>(w4, s2, w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, r, A,
-                     max_units, num_sms, part, h, 0, rg, s);
+                     max_units, num_sms, part, h, 0, row_groups, s);
     else
         w4_launch<4>(w4, s2, w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, r, A,
-                     max_units, num_sms, part, h, 0, rg, s);
+                     max_units, num_sms, part, h, 0, row_groups, s);
 }
 
 // ------------------------------------------------------------------------------------------
