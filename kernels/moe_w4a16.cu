@@ -39,6 +39,8 @@
 
 #include "moe_route.cuh"
 
+#define W4_ONE_GATE_UP_PER_SM 2 // one row's gate+up blocks an SM (the plan's target)
+
 // ------------------------------------------------------------------------------------------
 // Routing: counting sort of the choices by expert
 // ------------------------------------------------------------------------------------------
@@ -109,7 +111,11 @@ moe_sort_opts k25k_moe_sort_opts(int T, int top_k, int I, int D, int num_sms) {
     moe_sort_opts o = {k25k_moe_route_target(T, num_sms), k.long_slots, moe_pass(T),
                        T > k.over_rows, {0, 0, 0, 0}};
     if (T == 1) { // top_k items whatever the ids (moe_step_plan): no division on the device
-        moe_step_plan(2 * I, D, top_k, top_k, top_k, false, o, &o.one_plan[0], &o.one_plan[1]);
+        // gate+up over fewer blocks, leaving each SM room for the down GEMM's (the kernel's
+        // early streaming)
+        moe_sort_opts g = o;
+        g.target = W4_ONE_GATE_UP_PER_SM * (num_sms > 0 ? num_sms : 1);
+        moe_step_plan(2 * I, D, top_k, top_k, top_k, false, g, &o.one_plan[0], &o.one_plan[1]);
         moe_step_plan(D, I, top_k, top_k, top_k, false, o, &o.one_plan[2], &o.one_plan[3]);
     }
     return o;
@@ -255,26 +261,44 @@ __device__ __forceinline__ void dequant_word(uint32_t w, uint32_t r[4]) {
     }
 }
 
+// n / d for any 32-bit n and d >= 1, given m = 0xffffffff / d (once per block): m undershoots
+// 2^32 / d by less than one, so the multiply-high is the quotient or one less, and one compare
+// corrects it. A unit's start divided its number twice, ~25 instructions each (a reciprocal
+// and its corrections), where a one-chunk unit runs ~480 of consume a warp.
+__device__ __forceinline__ unsigned w4_div(unsigned n, unsigned d, unsigned m) {
+    const unsigned q = __umulhi(n, m);
+    return n - q * d >= d ? q + 1 : q;
+}
+
 // Staged position of column pair p of a k-block: pairs p, p + 4, p + 8, p + 12 (one lane's B
 // fragments for the k-block's two MMAs) side by side, read as one 16-byte load.
 __device__ __forceinline__ int w4_pair_slot(int p) {
     return (p & ~15) | ((p & 3) << 2) | ((p >> 2) & 3);
 }
 
+// Split s of a gate / up sum goes into accumulator s % 8, and the sums are added as a tree at the
+// end: a fixed order. The loads of W4_SPLITS_AHEAD splits are issued before their adds (past the
+// last split they load the last one again and add nothing): one L2 round trip where a loop of one
+// split at a time waited for each split short of 8. The fused tail takes as many as its steps'
+// gate+up plans have (W4_TAIL_AHEAD: up to 8 at 1-8 rows, 4 above), since a load past the last
+// split still costs an L2 request; more than 8 at once held too many registers in the GEMM's
+// tail (ptxas then let each add wait for its load).
+#define W4_SPLITS_AHEAD 8
+#define W4_TAIL_AHEAD(NTT) ((NTT) == 1 ? 8 : 4)
+
 // silu(sum gate) * (sum up) of one (slot, i) over the n_splits partials at p (gate) and p + I
-// (up), split stride `stride` floats: fixed order (8 independent accumulators, then a tree).
-// L2 loads: the partials may come from other blocks of the same kernel (the fused reduction).
+// (up), split stride `stride` floats. L2 loads: the partials may come from other blocks of the
+// same kernel (the fused reduction).
 __device__ __forceinline__ float gate_up_sum(const float *p, size_t stride, int n_splits, int I) {
     float g8[8] = {0, 0, 0, 0, 0, 0, 0, 0}, u8[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int ks = 0;
-    for (; ks + 8 <= n_splits; ks += 8) {
+    for (int ks = 0; ks < n_splits; ks += W4_SPLITS_AHEAD) {
 #pragma unroll
-        for (int u = 0; u < 8; u++) {
-            g8[u] += __ldcg(p + (ks + u) * stride);
-            u8[u] += __ldcg(p + (ks + u) * stride + I);
+        for (int u = 0; u < W4_SPLITS_AHEAD; u++) {
+            const size_t at = (size_t)min(ks + u, n_splits - 1) * stride;
+            const float g = __ldcg(p + at), up = __ldcg(p + at + I);
+            if (ks + u < n_splits) g8[u & 7] += g, u8[u & 7] += up;
         }
     }
-    for (; ks < n_splits; ks++) g8[0] += __ldcg(p + ks * stride), u8[0] += __ldcg(p + ks * stride + I);
     float gs = ((g8[0] + g8[1]) + (g8[2] + g8[3])) + ((g8[4] + g8[5]) + (g8[6] + g8[7]));
     float us = ((u8[0] + u8[1]) + (u8[2] + u8[3])) + ((u8[4] + u8[5]) + (u8[6] + u8[7]));
     return gs / (1.0f + expf(-gs)) * us;
@@ -285,6 +309,7 @@ __device__ __forceinline__ float gate_up_sum(const float *p, size_t stride, int 
 // with W4_TV outputs per thread at a time so that their loads are in flight together (the
 // partials sit in L2; one output at a time would be a chain of L2 round trips at M = 16).
 #define W4_TV 2
+template <int AHEAD>
 __device__ __forceinline__ void gate_up_tail(const float *__restrict__ part,
                                              float *__restrict__ h, size_t slot0, int mp, int rb,
                                              int I, int A, int n_splits) {
@@ -303,25 +328,18 @@ __device__ __forceinline__ void gate_up_tail(const float *__restrict__ part,
 #pragma unroll
             for (int u = 0; u < 8; u++) g8[v][u] = 0.0f, u8[v][u] = 0.0f;
         }
-        int ks = 0;
-        for (; ks + 8 <= n_splits; ks += 8) {
+        for (int ks = 0; ks < n_splits; ks += AHEAD) {
 #pragma unroll
             for (int v = 0; v < W4_TV; v++)
                 if (ok[v]) {
 #pragma unroll
-                    for (int u = 0; u < 8; u++) {
-                        g8[v][u] += __ldcg(p[v] + (ks + u) * stride);
-                        u8[v][u] += __ldcg(p[v] + (ks + u) * stride + I);
+                    for (int u = 0; u < AHEAD; u++) {
+                        const size_t at = (size_t)min(ks + u, n_splits - 1) * stride;
+                        const float g = __ldcg(p[v] + at), up = __ldcg(p[v] + at + I);
+                        if (ks + u < n_splits) g8[v][u & 7] += g, u8[v][u & 7] += up;
                     }
                 }
         }
-        for (; ks < n_splits; ks++)
-#pragma unroll
-            for (int v = 0; v < W4_TV; v++)
-                if (ok[v]) {
-                    g8[v][0] += __ldcg(p[v] + ks * stride);
-                    u8[v][0] += __ldcg(p[v] + ks * stride + I);
-                }
 #pragma unroll
         for (int v = 0; v < W4_TV; v++) {
             if (!ok[v]) continue;
@@ -388,9 +406,16 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
     }
     __syncwarp();
     // The expert of every unit comes from the routing kernel: no weight address is known before
-    // the wait.
-    k25_pdl_trigger();
-    k25_pdl_wait();
+    // the wait. Except in one row's down GEMM: its launch follows gate+up's wait (one row's
+    // gate+up triggers it only then), which followed the routing, so its first unit's weights
+    // stream before its own wait, in blocks that find room beside gate+up's (one row runs
+    // gate+up at W4_ONE_GATE_UP_PER_SM blocks an SM, k25k_moe_sort_opts). Elsewhere gate+up's
+    // blocks fill the SMs, and the down GEMM's could not start before they leave.
+    const bool early = ONE && !gate_up;
+    if (!(ONE && gate_up)) k25_pdl_trigger();
+    if (!early) k25_pdl_wait();
+    if (ONE && gate_up) k25_pdl_trigger();
+    bool waited = !early;
     // kb_per_split = ceil(KB / n_splits) (moe_plan), computed: a second plan load was issued
     // after the early exit and waited for before the item loads (one more dependent load)
     const int n_splits = ONE ? one_splits : r.plan[pl];
@@ -411,6 +436,8 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
     }
     const int rgs = rbs / RG;
     const int n_units = items * rgs * n_splits;
+    const unsigned per_item = (unsigned)(rgs * n_splits), per_item_m = 0xffffffffu / per_item;
+    const unsigned splits_m = 0xffffffffu / (unsigned)n_splits;
     const int I = N / 2;
     const uint64_t policy = k25_l2_evict_first();
     // chunks this warp has issued into and consumed from its ring, over all its units: the
@@ -432,12 +459,14 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
         if (tk == n_units - 1) atomicExch(tickets, 0);
         next_unit[it & 1] = gridDim.x + tk;
     }
-    const int item = unit / (rgs * n_splits), rem = unit - item * (rgs * n_splits);
-    const int rg = rem / n_splits, ks = rem - rg * n_splits;
+    const int item = (int)w4_div(unit, per_item, per_item_m), rem = unit - item * (int)per_item;
+    const int rg = (int)w4_div(rem, n_splits, splits_m), ks = rem - rg * n_splits;
     const int rb = rg * RG;
     // the item's slots come with it (not from counts/offsets of its expert, one more dependent
-    // load before the first weight load)
-    const int e = r.item_expert[item], enc = ONE ? 1 : r.item_p0[item];
+    // load before the first weight load); one row's expert from L2 (the down GEMM reads it
+    // before its wait)
+    const int e = ONE ? __ldcg(r.item_expert + item) : r.item_expert[item];
+    const int enc = ONE ? 1 : r.item_p0[item];
     if (ONE && e < 0) { // an item no id made (block-uniform; next_unit is read after a barrier)
         __syncthreads();
         continue;
@@ -474,6 +503,10 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
     } else {
         for (int i = 0; i < S && i < RG; i++)
             if (nt + i * W4_NW < NT) issue(i, kb0);
+    }
+    if (!waited) { // the activations are the previous kernel's
+        k25_pdl_wait();
+        waited = true;
     }
     // read by the staging after the chunk loop's first barrier; the previous unit's last
     // staging finished before its second one
@@ -694,9 +727,10 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
         } else {
             __syncthreads(); // this block's partials are visible to all its threads
         }
-        gate_up_tail(part, h, (size_t)slot0, mp, rb, I, A, n_splits);
+        gate_up_tail<W4_TAIL_AHEAD(NTT)>(part, h, (size_t)slot0, mp, rb, I, A, n_splits);
     }
     } // units
+    if (!waited) k25_pdl_wait(); // no item had an expert: the launch still ends after gate+up's
 }
 
 
