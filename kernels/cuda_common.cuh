@@ -134,6 +134,9 @@ __device__ __forceinline__ float k25_bf16_hi(uint32_t packed) {
     return __uint_as_float(packed & 0xffff0000u);
 }
 __device__ __forceinline__ float k25_bf16f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+// SiLU, one expression for the element-wise SiLU*up and the MoE GEMM's fused reduction (the same
+// bits from both)
+__device__ __forceinline__ float k25_silu(float z) { return z / (1.0f + expf(-z)); }
 
 // V consecutive f32 (V = 4: one 16-byte access, the pointer 16-byte aligned) or bf16 (V = 4: one
 // 8-byte store) values, for the vector paths of the element-wise kernels, MLA's split and the

@@ -323,8 +323,6 @@ void k25k_add_rmsnorm(float *h, const float *d, const uint16_t *w, float eps, in
 // Element-wise
 // ------------------------------------------------------------------------------------------
 
-__device__ __forceinline__ float k25_silu(float z) { return z / (1.0f + expf(-z)); }
-
 // Every element-wise kernel takes V consecutive elements per thread and iteration: V = 4 (16-byte
 // f32 loads and stores) where the count and every pointer allow it, else 1; each element gets
 // the same arithmetic either way. One 4-byte load per thread and iteration left the 256-row

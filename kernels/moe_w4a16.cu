@@ -286,22 +286,35 @@ __device__ __forceinline__ int w4_pair_slot(int p) {
 #define W4_SPLITS_AHEAD 8
 #define W4_TAIL_AHEAD(NTT) ((NTT) == 1 ? 8 : 4)
 
+// Splits [ks, ks + AHEAD) of one gate / up pair (partials at p and p + I, split stride `stride`
+// floats) into their accumulators; past the last split the loads repeat it and add nothing. L2
+// loads: the partials may come from other blocks of the same kernel (the fused reduction).
+template <int AHEAD>
+__device__ __forceinline__ void gate_up_add_splits(const float *p, size_t stride, int ks,
+                                                   int n_splits, int I, float (&g8)[8],
+                                                   float (&u8)[8]) {
+#pragma unroll
+    for (int u = 0; u < AHEAD; u++) {
+        const size_t at = (size_t)min(ks + u, n_splits - 1) * stride;
+        const float g = __ldcg(p + at), up = __ldcg(p + at + I);
+        if (ks + u < n_splits) g8[u & 7] += g, u8[u & 7] += up;
+    }
+}
+
+// silu(sum gate) * (sum up), each sum its 8 accumulators added as a tree
+__device__ __forceinline__ float gate_up_silu(const float (&g8)[8], const float (&u8)[8]) {
+    const float gs = ((g8[0] + g8[1]) + (g8[2] + g8[3])) + ((g8[4] + g8[5]) + (g8[6] + g8[7]));
+    const float us = ((u8[0] + u8[1]) + (u8[2] + u8[3])) + ((u8[4] + u8[5]) + (u8[6] + u8[7]));
+    return k25_silu(gs) * us;
+}
+
 // silu(sum gate) * (sum up) of one (slot, i) over the n_splits partials at p (gate) and p + I
-// (up), split stride `stride` floats. L2 loads: the partials may come from other blocks of the
-// same kernel (the fused reduction).
+// (up), split stride `stride` floats.
 __device__ __forceinline__ float gate_up_sum(const float *p, size_t stride, int n_splits, int I) {
     float g8[8] = {0, 0, 0, 0, 0, 0, 0, 0}, u8[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int ks = 0; ks < n_splits; ks += W4_SPLITS_AHEAD) {
-#pragma unroll
-        for (int u = 0; u < W4_SPLITS_AHEAD; u++) {
-            const size_t at = (size_t)min(ks + u, n_splits - 1) * stride;
-            const float g = __ldcg(p + at), up = __ldcg(p + at + I);
-            if (ks + u < n_splits) g8[u & 7] += g, u8[u & 7] += up;
-        }
-    }
-    float gs = ((g8[0] + g8[1]) + (g8[2] + g8[3])) + ((g8[4] + g8[5]) + (g8[6] + g8[7]));
-    float us = ((u8[0] + u8[1]) + (u8[2] + u8[3])) + ((u8[4] + u8[5]) + (u8[6] + u8[7]));
-    return gs / (1.0f + expf(-gs)) * us;
+    for (int ks = 0; ks < n_splits; ks += W4_SPLITS_AHEAD)
+        gate_up_add_splits<W4_SPLITS_AHEAD>(p, stride, ks, n_splits, I, g8, u8);
+    return gate_up_silu(g8, u8);
 }
 
 // The fused reduction of one finished (item, row-block): h for intermediate columns
@@ -331,25 +344,14 @@ __device__ __forceinline__ void gate_up_tail(const float *__restrict__ part,
         for (int ks = 0; ks < n_splits; ks += AHEAD) {
 #pragma unroll
             for (int v = 0; v < W4_TV; v++)
-                if (ok[v]) {
-#pragma unroll
-                    for (int u = 0; u < AHEAD; u++) {
-                        const size_t at = (size_t)min(ks + u, n_splits - 1) * stride;
-                        const float g = __ldcg(p[v] + at), up = __ldcg(p[v] + at + I);
-                        if (ks + u < n_splits) g8[v][u & 7] += g, u8[v][u & 7] += up;
-                    }
-                }
+                if (ok[v]) gate_up_add_splits<AHEAD>(p[v], stride, ks, n_splits, I, g8[v], u8[v]);
         }
 #pragma unroll
         for (int v = 0; v < W4_TV; v++) {
             if (!ok[v]) continue;
-            const float gs = ((g8[v][0] + g8[v][1]) + (g8[v][2] + g8[v][3])) +
-                             ((g8[v][4] + g8[v][5]) + (g8[v][6] + g8[v][7]));
-            const float us = ((u8[v][0] + u8[v][1]) + (u8[v][2] + u8[v][3])) +
-                             ((u8[v][4] + u8[v][5]) + (u8[v][6] + u8[v][7]));
             const int id = o0 + v * blockDim.x + threadIdx.x;
             const int m = id / cols, i = rb * cols + (id - m * cols);
-            h[(slot0 + m) * I + i] = gs / (1.0f + expf(-gs)) * us;
+            h[(slot0 + m) * I + i] = gate_up_silu(g8[v], u8[v]);
         }
     }
 }
