@@ -50,7 +50,8 @@ ifeq ($(CUDA),1)
   $(info ✓ CUDA: $(shell $(NVCC) --version | tail -2 | head -1) (sm_$(SM)))
   $(info ✓ NCCL: $(firstword $(NCCL_OK)))
   MPI_CFLAGS := $(shell $(MPICC) --showme:compile)
-  NVCCFLAGS  := -O3 -std=c++17 -gencode=arch=compute_$(SM),code=sm_$(SM) -lineinfo \
+  NVCC_ARCH  := -gencode=arch=compute_$(SM),code=sm_$(SM)
+  NVCCFLAGS  := -O3 -std=c++17 -lineinfo \
                 -Isrc -Ikernels $(MPI_CFLAGS) -Xcompiler -fopenmp -MMD -MP
   CFLAGS     += -DK25_CUDA=1 -I$(CUDA_HOME)/include
   LDLIBS     += -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -lcudart -lcublasLt -lcublas -lnccl \
@@ -98,7 +99,13 @@ $(BUILD)/%.o: %.c
 
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	$(NVCC) $(NVCC_ARCH) $(NVCCFLAGS) -c $< -o $@
+
+# Hopper's warpgroup MMA exists only in the architecture-specific target (sm_90a); the kernel
+# there is compiled empty for any other SM and never launched off sm_90
+ifeq ($(SM),90)
+$(BUILD)/kernels/matmul_wgmma.o: NVCC_ARCH := -gencode=arch=compute_90a,code=sm_90a
+endif
 
 $(BUILD)/libk25.a: $(LIB_OBJS)
 	@rm -f $@

@@ -19,10 +19,12 @@
 // weight loads are issued while the one before it drains).
 //
 //   micro_matmul [--json FILE] [--quick] [--tp N] [--t T] [--no-check] [--no-lt] [--pairs]
-//                [--no-pairs] [--warm]
+//                [--no-pairs] [--warm] [--wgmma]
 //   --pairs: the pair table only; --no-pairs: the single projections only; --warm: every call
 //   reads the same copy of the weights, from L2 where they fit (what a projection takes when
-//   its weights are already in L2: the most that prefetching them could gain).
+//   its weights are already in L2: the most that prefetching them could gain); --wgmma: only the
+//   table of the warpgroup-MMA kernel for 5..32 rows against cuBLASLt, both from a staged
+//   operand (the kernel checked first against a float64 host reference).
 #include <math.h>
 
 #include "micro_common.cuh"
@@ -54,6 +56,34 @@ static int kimi_shapes(int tp, proj_shape *out) {
     const int n = (int)(sizeof s / sizeof s[0]);
     for (int i = 0; i < n; i++) out[i] = s[i];
     return n;
+}
+
+// fn(tp, shape index, shape) for every projection of the TP sizes that --tp selects (default
+// 1, 2 and 8).
+template <typename F> static void for_each_shape(int argc, char **argv, F fn) {
+    const int tps[] = {1, 2, 8};
+    for (int tp : tps) {
+        if (bench_int(argc, argv, "--tp", tp) != tp) continue;
+        proj_shape shapes[16];
+        const int n = kimi_shapes(tp, shapes);
+        for (int si = 0; si < n; si++) fn(tp, si, shapes[si]);
+    }
+}
+
+// Copies of an N x K bf16 matrix (synthetic stream id) for the timed calls to rotate through:
+// more than 1 GB, so that every call reads its weights from HBM. Complete on return: the kernels
+// read their weights before their PDL wait.
+static uint16_t *rotating_weights(int N, int K, int id, cudaStream_t s, int *copies) {
+    const size_t wb = (size_t)N * K * 2;
+    int c = (int)ceil(1.1e9 / (double)wb);
+    if (c < 2) c = 2;
+    if (c > 600) c = 600;
+    uint16_t *rot;
+    CUDA_CHECK(cudaMalloc(&rot, wb * c));
+    k25k_synth_fill(rot, 2, K25_SYNTH_UNIFORM, -14, SEED, id, (int64_t)c * N, K, K, 0, 0, s);
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    *copies = c;
+    return rot;
 }
 
 // GEMV output for T rows against a float64 host reference (weight rows 0, N/2, N-1 of copy 0,
@@ -271,9 +301,122 @@ static void bench_pairs(int argc, char **argv, const float *x, float *y1, float 
     }
 }
 
+// ------------------------------------------------------------------------------------------
+// The warpgroup-MMA kernel (5..32 rows) against cuBLASLt, both from the staged operand
+// ------------------------------------------------------------------------------------------
+
+// k25k_matmul_wgmma on T rows of x, staged as the norms stage it ([hi; lo] in xs).
+static void wgmma_run(const float *x, uint16_t *xs, const uint16_t *W, int T, int N, int K,
+                      float *y, cudaStream_t s) {
+    k25k_f32_to_bf16_split(x, (size_t)T * K, xs, xs + (size_t)T * K, s);
+    if (!k25k_matmul_wgmma(xs, W, T, N, 0, K, y, NULL, s)) {
+        printf("# wgmma does not apply to N=%d K=%d T=%d\n", N, K, T);
+        exit(1);
+    }
+}
+
+// The kernel on TMAX rows against a float64 host reference (weight rows 0, N/2, N-1, every
+// activation row); then whether row t of the TMAX-row call equals a one-row call's bits (the
+// plan is T-independent; reported, not required). Returns 1 when the values are right.
+static int check_wgmma(const proj_shape &sh, const uint16_t *W, const float *x, uint16_t *xs,
+                       float *y, float *y1, cudaStream_t s, int *bit_same) {
+    const int N = sh.N, K = sh.K, T = TMAX;
+    CUDA_CHECK(cudaMemsetAsync(y, 0xff, sizeof(float) * T * N, s)); // NaN poison
+    wgmma_run(x, xs, W, T, N, K, y, s);
+    std::vector<float> got((size_t)T * N), one((size_t)N), xh((size_t)T * K);
+    CUDA_CHECK(cudaStreamSynchronize(s));
+    CUDA_CHECK(cudaMemcpy(got.data(), y, got.size() * 4, cudaMemcpyDeviceToHost));
+    CUDA_CHECK(cudaMemcpy(xh.data(), x, xh.size() * 4, cudaMemcpyDeviceToHost));
+    double worst = 0;
+    int finite = 1;
+    for (size_t i = 0; i < got.size(); i++)
+        if (!isfinite(got[i])) finite = 0; // every output written
+    const int rows[3] = {0, N / 2, N - 1};
+    for (int i = 0; i < 3; i++)
+        for (int t = 0; t < T; t++) {
+            double ref, mag;
+            host_dot(W, rows[i], xh.data() + (size_t)t * K, K, &ref, &mag);
+            const double e = fabs(got[(size_t)t * N + rows[i]] - ref) / (mag > 0 ? mag : 1);
+            if (e > worst) worst = e;
+        }
+    int same = 1;
+    for (int t = 0; t < T; t++) {
+        wgmma_run(x + (size_t)t * K, xs, W, 1, N, K, y1, s);
+        CUDA_CHECK(cudaStreamSynchronize(s));
+        CUDA_CHECK(cudaMemcpy(one.data(), y1, one.size() * 4, cudaMemcpyDeviceToHost));
+        if (memcmp(one.data(), got.data() + (size_t)t * N, (size_t)N * 4)) same = 0;
+    }
+    *bit_same = same;
+    const int ok = finite && worst <= 1e-5;
+    if (!ok)
+        printf("# check wgmma %s N=%d K=%d T=%d: error %.2e (relative to sum |w x|)%s FAIL\n",
+               sh.name, N, K, T, worst, finite ? "" : ", non-finite outputs");
+    return ok;
+}
+
+// The table: the kernel against the cuBLASLt GEMM of [hi; lo] and its sum, both reading an
+// operand staged before the timed calls (as the norms stage it in a step). Adds to *fails.
+static void bench_wgmma(int argc, char **argv, k25k_blas *lt, const float *x, float *y,
+                        float *y1, double copy_gbs, cudaStream_t s, int *fails) {
+    const int quick = bench_flag(argc, argv, "--quick"), iters = quick ? 10 : 20;
+    const int Ts[] = {5, 8, 16, 32};
+    uint16_t *xs;
+    CUDA_CHECK(cudaMalloc(&xs, sizeof(uint16_t) * 2 * TMAX * 18432)); // 2 x 32 x 7168 too
+    printf("\n# warpgroup-MMA kernel (k25k_matmul_wgmma) vs cuBLASLt ([hi; lo] as one GEMM, then "
+           "the sum), both from the staged split operand; floor = weight bytes at the copy "
+           "bandwidth\n");
+    printf("\n| TP | projection | N x K | K slices | T | floor us | wgmma us | %% of copy | "
+           "cuBLASLt us | %% of copy | speedup |\n");
+    printf("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    for_each_shape(argc, argv, [&](int tp, int si, const proj_shape &sh) {
+        const int N = sh.N, K = sh.K;
+        const size_t wb = (size_t)N * K * 2;
+        int copies;
+        uint16_t *rot = rotating_weights(N, K, 100 + si, s, &copies);
+        int same = -1;
+        if (!bench_flag(argc, argv, "--no-check"))
+            *fails += !check_wgmma(sh, rot, x, xs, y, y1, s, &same);
+        for (int tj = 0; tj < 4; tj++) {
+            const int T = Ts[tj];
+            if (bench_int(argc, argv, "--t", T) != T) continue;
+            // 32 rows where the buffers (sized for TMAX rows of the widest shapes) hold them
+            if ((size_t)T * K > (size_t)TMAX * 18432 || (size_t)T * N > (size_t)TMAX * 163840)
+                continue;
+            k25k_f32_to_bf16_split(x, (size_t)T * K, xs, xs + (size_t)T * K, s);
+            const double us = time_graph_us(s, copies, iters, [&](int r) {
+                k25k_matmul_wgmma(xs, rot + (size_t)copy_of(r) * N * K, T, N, 0, K, y, NULL,
+                                  s);
+            });
+            const double us_lt = time_graph_us(s, copies, iters, [&](int r) {
+                k25k_matmul_lt(lt, x, xs, rot + (size_t)copy_of(r) * N * K, T, N, K, y, s);
+            });
+            const double floor_us = wb / (copy_gbs * 1e3);
+            const double pct = 100 * wb / (us * 1e3) / copy_gbs;
+            const double pct_lt = 100 * wb / (us_lt * 1e3) / copy_gbs;
+            const int ks = k25k_wgmma_slices(N, K);
+            printf("| %d | %s | %d x %d | %d | %d | %.2f | %.2f | %.0f%% | %.2f | %.0f%% | "
+                   "%.2fx |\n", tp, sh.name, N, K, ks, T, floor_us, us, pct, us_lt, pct_lt,
+                   us_lt / us);
+            fflush(stdout);
+            bench_jsonl("{\"bench\":\"matmul_wgmma\",\"tp\":%d,\"name\":\"%s\",\"N\":%d,"
+                        "\"K\":%d,\"T\":%d,\"k_slices\":%d,\"floor_us\":%.3f,"
+                        "\"wgmma_us\":%.3f,\"wgmma_pct_copy\":%.1f,\"cublaslt_us\":%.3f,"
+                        "\"cublaslt_pct_copy\":%.1f,\"speedup\":%.3f,"
+                        "\"bit_identical_across_T\":%d}",
+                        tp, sh.name, N, K, T, ks, floor_us, us, pct, us_lt, pct_lt,
+                        us_lt / us, same);
+        }
+        CUDA_CHECK(cudaFree(rot));
+    });
+    CUDA_CHECK(cudaFree(xs));
+}
+
 int main(int argc, char **argv) {
     const int quick = bench_flag(argc, argv, "--quick"), no_lt = bench_flag(argc, argv, "--no-lt");
     warm = bench_flag(argc, argv, "--warm");
+    // the cuBLASLt columns time cuBLASLt: the handle is made without the wgmma kernel, which
+    // the table of --wgmma times by itself
+    setenv("K25_WGMMA_MAX_T", "0", 1);
     cudaStream_t s;
     int sms;
     const double copy_gbs = bench_start_single_gpu(argc, argv, &s, &sms);
@@ -301,61 +444,49 @@ int main(int argc, char **argv) {
     printf("\n| TP | projection | N x K | slices x rows | T | floor us | GEMV us | GB/s | %% of "
            "copy | cuBLASLt us | %% of copy | speedup |\n");
     printf("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    const int tps[] = {1, 2, 8}, singles = !bench_flag(argc, argv, "--pairs");
-    for (int ti = 0; ti < 3 && singles; ti++) {
-        const int tp = tps[ti];
-        if (bench_int(argc, argv, "--tp", tp) != tp) continue;
-        proj_shape shapes[16];
-        const int n_shapes = kimi_shapes(tp, shapes);
-        for (int si = 0; si < n_shapes; si++) {
-            const proj_shape &sh = shapes[si];
-            const int N = sh.N, K = sh.K;
-            const size_t wb = (size_t)N * K * 2;
-            int copies = (int)ceil(1.1e9 / (double)wb);
-            if (copies < 2) copies = 2;
-            if (copies > 600) copies = 600;
-            uint16_t *rot;
-            CUDA_CHECK(cudaMalloc(&rot, wb * copies));
-            k25k_synth_fill(rot, 2, K25_SYNTH_UNIFORM, -14, SEED, 100 + si, (int64_t)copies * N,
-                            K, K, 0, 0, s);
-            // the GEMV reads its weights before waiting for the previous kernel: complete them
-            CUDA_CHECK(cudaStreamSynchronize(s));
-            int ks, rpb;
-            k25k_gemv_plan(N, K, &ks, &rpb);
-            int same = -1;
-            if (!bench_flag(argc, argv, "--no-check")) {
-                fails += !check_shape(sh, rot, x, y, y1, TMAX, s, &same);
-                not_same += !same;
-            }
-            for (int tj = 0; tj < nT; tj++) {
-                const int T = Ts[tj];
-                if (bench_int(argc, argv, "--t", T) != T) continue;
-                double us = time_graph_us(s, copies, iters, [&](int r) {
-                    k25k_gemv_bf16(x, rot + (size_t)copy_of(r) * N * K, T, N, K, y, s);
-                });
-                double us_lt = no_lt ? 0 : time_graph_us(s, copies, iters, [&](int r) {
-                    k25k_matmul_lt(blas, x, NULL, rot + (size_t)copy_of(r) * N * K, T, N, K, y,
-                                   s);
-                });
-                const double floor_us = wb / (copy_gbs * 1e3);
-                const double gbs = wb / (us * 1e3), gbs_lt = no_lt ? 0 : wb / (us_lt * 1e3);
-                printf("| %d | %s | %d x %d | %d x %d | %d | %.2f | %.2f | %.0f | %.0f%% | %.2f | "
-                       "%.0f%% | %.2fx |\n", tp, sh.name, N, K, ks, rpb, T, floor_us, us, gbs,
-                       100 * gbs / copy_gbs, us_lt, 100 * gbs_lt / copy_gbs, us_lt / us);
-                fflush(stdout);
-                bench_jsonl("{\"bench\":\"matmul_proj\",\"tp\":%d,\"name\":\"%s\",\"N\":%d,"
-                            "\"K\":%d,\"T\":%d,\"k_slices\":%d,\"rows_per_block\":%d,"
-                            "\"floor_us\":%.3f,"
-                            "\"gemv_us\":%.3f,\"gemv_gbs\":%.1f,\"gemv_pct_copy\":%.1f,"
-                            "\"cublaslt_us\":%.3f,\"cublaslt_gbs\":%.1f,\"cublaslt_pct_copy\":%.1f,"
-                            "\"speedup\":%.3f,\"bit_identical_across_T\":%d}",
-                            tp, sh.name, N, K, T, ks, rpb, floor_us, us, gbs, 100 * gbs / copy_gbs,
-                            us_lt, gbs_lt, 100 * gbs_lt / copy_gbs, us_lt / us, same);
-            }
-            CUDA_CHECK(cudaFree(rot));
+    const int only_wgmma = bench_flag(argc, argv, "--wgmma");
+    const int singles = !bench_flag(argc, argv, "--pairs") && !only_wgmma;
+    if (singles) for_each_shape(argc, argv, [&](int tp, int si, const proj_shape &sh) {
+        const int N = sh.N, K = sh.K;
+        const size_t wb = (size_t)N * K * 2;
+        int copies;
+        uint16_t *rot = rotating_weights(N, K, 100 + si, s, &copies);
+        int ks, rpb;
+        k25k_gemv_plan(N, K, &ks, &rpb);
+        int same = -1;
+        if (!bench_flag(argc, argv, "--no-check")) {
+            fails += !check_shape(sh, rot, x, y, y1, TMAX, s, &same);
+            not_same += !same;
         }
-    }
-    if (!bench_flag(argc, argv, "--no-pairs"))
+        for (int tj = 0; tj < nT; tj++) {
+            const int T = Ts[tj];
+            if (bench_int(argc, argv, "--t", T) != T) continue;
+            double us = time_graph_us(s, copies, iters, [&](int r) {
+                k25k_gemv_bf16(x, rot + (size_t)copy_of(r) * N * K, T, N, K, y, s);
+            });
+            double us_lt = no_lt ? 0 : time_graph_us(s, copies, iters, [&](int r) {
+                k25k_matmul_lt(blas, x, NULL, rot + (size_t)copy_of(r) * N * K, T, N, K, y,
+                               s);
+            });
+            const double floor_us = wb / (copy_gbs * 1e3);
+            const double gbs = wb / (us * 1e3), gbs_lt = no_lt ? 0 : wb / (us_lt * 1e3);
+            printf("| %d | %s | %d x %d | %d x %d | %d | %.2f | %.2f | %.0f | %.0f%% | %.2f | "
+                   "%.0f%% | %.2fx |\n", tp, sh.name, N, K, ks, rpb, T, floor_us, us, gbs,
+                   100 * gbs / copy_gbs, us_lt, 100 * gbs_lt / copy_gbs, us_lt / us);
+            fflush(stdout);
+            bench_jsonl("{\"bench\":\"matmul_proj\",\"tp\":%d,\"name\":\"%s\",\"N\":%d,"
+                        "\"K\":%d,\"T\":%d,\"k_slices\":%d,\"rows_per_block\":%d,"
+                        "\"floor_us\":%.3f,"
+                        "\"gemv_us\":%.3f,\"gemv_gbs\":%.1f,\"gemv_pct_copy\":%.1f,"
+                        "\"cublaslt_us\":%.3f,\"cublaslt_gbs\":%.1f,\"cublaslt_pct_copy\":%.1f,"
+                        "\"speedup\":%.3f,\"bit_identical_across_T\":%d}",
+                        tp, sh.name, N, K, T, ks, rpb, floor_us, us, gbs, 100 * gbs / copy_gbs,
+                        us_lt, gbs_lt, 100 * gbs_lt / copy_gbs, us_lt / us, same);
+        }
+        CUDA_CHECK(cudaFree(rot));
+    });
+    if (only_wgmma) bench_wgmma(argc, argv, blas, x, y, y1, copy_gbs, s, &fails);
+    if (!bench_flag(argc, argv, "--no-pairs") && !only_wgmma)
         bench_pairs(argc, argv, x, y, y2, copy_gbs, s, &fails, &not_same);
     cudaFree(x), cudaFree(y), cudaFree(y1), cudaFree(y2);
     k25k_blas_destroy(blas);

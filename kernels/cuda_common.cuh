@@ -6,8 +6,10 @@
 // set in the environment (debug mode), also synchronizes the stream (outside graph capture) so
 // that a faulting kernel is reported at its own launch site.
 #pragma once
+#include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <cudaTypedefs.h>
 #include <initializer_list>
 #include <nccl.h>
 #include <stdint.h>
@@ -111,6 +113,22 @@ static inline void k25_launch_impl(const char *what, const char *file, int line,
 #define k25_launch_cluster(what, kernel, grid, block, smem, s, cluster, ...)                       \
     k25_launch_impl((what), __FILE__, __LINE__, (kernel), (grid), (block), (smem), (s),            \
                     (unsigned)(cluster), __VA_ARGS__)
+
+// The driver's tensor-map encoder, through cudart's entry point (nothing links libcuda); dies
+// where the driver has none.
+static inline PFN_cuTensorMapEncodeTiled_v12000 k25_tensor_map_encoder(void) {
+    static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+    if (!encode) {
+        void *fn = nullptr;
+        cudaDriverEntryPointQueryResult found;
+        CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                                    cudaEnableDefault, &found));
+        if (found != cudaDriverEntryPointSuccess || !fn)
+            K25_DIE("the CUDA driver has no cuTensorMapEncodeTiled");
+        encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+    }
+    return encode;
+}
 
 __host__ __device__ static inline int64_t k25_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -263,6 +281,23 @@ __device__ __forceinline__ void k25_bulk_g2s_nohint(void *dst, const void *src, 
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes"
                  " [%0], [%1], %2, [%3];\n" ::"r"(k25_smem_addr(dst)),
                  "l"(src), "r"(bytes), "r"(k25_smem_addr(bar))
+                 : "memory");
+}
+
+// Tensor copies (the TMA's tensor form) of box (c0, r0[, p0]) of a tensor map into shared
+// memory at dst, counted on the mbarrier bar (both shared-memory addresses).
+__device__ __forceinline__ void k25_tensor_copy_2d(uint32_t dst, const CUtensorMap *map, int c0,
+                                                   int r0, uint32_t bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(r0), "r"(bar)
+                 : "memory");
+}
+__device__ __forceinline__ void k25_tensor_copy_3d(uint32_t dst, const CUtensorMap *map, int c0,
+                                                   int r0, int p0, uint32_t bar) {
+    asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(r0), "r"(p0), "r"(bar)
                  : "memory");
 }
 

@@ -66,8 +66,18 @@ void k25k_matmul_lt(k25k_blas *b, const float *x, const uint16_t *xs, const uint
 // The cuBLASLt call alone, activations already bf16 xb[T][K].
 void k25k_matmul_lt_bf16(k25k_blas *b, const uint16_t *xb, const uint16_t *W, int T, int N, int K,
                          float *y, cudaStream_t s);
-// GEMV for T <= K25_GEMV_MAX_T (default K25K_GEMV_MAX_T_DEFAULT), cuBLASLt above.
+// matmul_wgmma.cu: y1 [T][N1] (and, N2 > 0, y2 [T][N2]) = x W^T for W [N1 + N2][K] bf16 from
+// the split operand xs ([hi; lo], lo = hi + T K), on Hopper's warpgroup MMA, hi + lo summed in
+// the kernel; up to 32 rows. 0 (nothing launched) where it does not apply (not sm_90, K % 8,
+// pointers not 16-byte aligned, T out of range). k25k_wgmma_slices: its K slices for N x K.
+int k25k_matmul_wgmma(const uint16_t *xs, const uint16_t *W, int T, int N1, int N2, int K,
+                      float *y1, float *y2, cudaStream_t s);
+int k25k_wgmma_slices(int N, int K);
+// GEMV for T <= K25_GEMV_MAX_T (default K25K_GEMV_MAX_T_DEFAULT); above, with split activations,
+// k25k_matmul_wgmma up to K25_WGMMA_MAX_T rows (default K25K_WGMMA_MAX_T_DEFAULT, 0: never);
+// cuBLASLt for the rest.
 #define K25K_GEMV_MAX_T_DEFAULT 4
+#define K25K_WGMMA_MAX_T_DEFAULT 32
 void k25k_matmul(k25k_blas *b, const float *x, const uint16_t *xs, const uint16_t *W, int T, int N,
                  int K, float *y, cudaStream_t s);
 // k25k_matmul, except where the hi and lo products run as one GEMM: then y is not written and

@@ -1,9 +1,10 @@
 // BF16-weight projections y[T][N] = x[T][K] W^T (W [N][K] bf16 row-major, x and y f32): a
 // GEMV-style tile kernel for few rows (every weight row read once for up to 16 activation rows
 // staged in shared memory, f32 accumulate, split-K over a thread-block cluster for small N, the
-// same summation order for every T; also two projections of the same x in one launch), and
-// cuBLASLt for more rows (activations converted to bf16 in a workspace, f32 accumulate and
-// output). The GEMV kernels are launched with programmatic dependent launch (k25_launch).
+// same summation order for every T; also two projections of the same x in one launch), then the
+// warpgroup-MMA kernel of matmul_wgmma.cu up to K25_WGMMA_MAX_T rows, and cuBLASLt for more rows
+// (activations converted to bf16 in a workspace, f32 accumulate and output). The GEMV kernels
+// are launched with programmatic dependent launch (k25_launch).
 #include <cooperative_groups.h>
 #include <cublasLt.h>
 #include <stdlib.h>
@@ -440,6 +441,7 @@ struct k25k_blas {
     lt_plan plans[LT_PLANS];
     int n_plans, next_evict;
     int gemv_max_t;     // GEMV for T <= this
+    int wgmma_max_t;    // above it, the warpgroup-MMA kernel for T <= this (split operand)
     struct lt_batched_plan *bplans; // [LT_BPLANS], k25k_gemm_bf16_strided
     int n_bplans, next_bevict;
 };
@@ -464,6 +466,7 @@ k25k_blas *k25k_blas_create(size_t workspace_bytes) {
     // row's result also does not depend on T (speculative verification at k = 3 = plain
     // decoding bit for bit).
     b->gemv_max_t = k25_env_int("K25_GEMV_MAX_T", K25K_GEMV_MAX_T_DEFAULT);
+    b->wgmma_max_t = k25_env_int("K25_WGMMA_MAX_T", K25K_WGMMA_MAX_T_DEFAULT);
     return b;
 }
 
@@ -602,6 +605,8 @@ static const uint16_t *lt_stage(k25k_blas *b, const float *x, const uint16_t *xs
 static const float *lt_products(k25k_blas *b, const uint16_t *xb, const uint16_t *W, int T, int N,
                                 int K, float *y, bool keep_parts, cudaStream_t s) {
     const int split = k25k_split_activations();
+    if (split && T <= b->wgmma_max_t && k25k_matmul_wgmma(xb, W, T, N, 0, K, y, NULL, s))
+        return NULL;
     float *y2 = split ? k25k_blas_products(b, T, (size_t)N) : NULL;
     if (y2) {
         lt_gemm(b, xb, W, 2 * T, N, K, y2, 0.0f, s);
@@ -665,9 +670,11 @@ void k25k_matmul2(k25k_blas *b, const float *x, const uint16_t *xs, const uint16
     // cuBLASLt: the activations converted once for both products
     const uint16_t *xb = lt_stage(b, x, xs, T, K, s);
     // W2 right after W1: [W1; W2] is one N1 + N2 row matrix, one GEMM over [hi; lo]
-    float *p = k25k_split_activations() && N1 > 0 && N2 > 0 && W2 == W1 + (size_t)N1 * K
-                   ? k25k_blas_products(b, T, (size_t)(N1 + N2))
-                   : NULL;
+    const bool adjacent =
+        k25k_split_activations() && N1 > 0 && N2 > 0 && W2 == W1 + (size_t)N1 * K;
+    if (adjacent && T <= b->wgmma_max_t && k25k_matmul_wgmma(xb, W1, T, N1, N2, K, y1, y2, s))
+        return;
+    float *p = adjacent ? k25k_blas_products(b, T, (size_t)(N1 + N2)) : NULL;
     if (p) {
         lt_gemm(b, xb, W1, 2 * T, N1 + N2, K, p, 0.0f, s);
         k25k_sum2_pair(y1, y2, p, T, N1, N2, s);

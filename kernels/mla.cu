@@ -407,16 +407,6 @@ static size_t mla_mma_smem(int W, int HM) {
            4 * (16 * (size_t)mla_mma_sfs(HM) + HM) + (HM == 8 ? 128 : 0);
 }
 
-// 2-D tensor copy of box (c0, r0) of the map into shared memory, counted on bar.
-__device__ __forceinline__ void mla_tensor_copy(void *dst, const CUtensorMap *map, int c0, int r0,
-                                                uint64_t *bar) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-                 " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(k25_smem_addr(dst)),
-                 "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(r0),
-                 "r"(k25_smem_addr(bar))
-                 : "memory");
-}
-
 // Up to 8 heads (TP8: Kimi's 64 heads over 8 ranks), HM = 8 swaps the MMAs' operands: the cache
 // rows are the M dimension (16 a fragment) and the heads the N dimension (n8), S^T = C Q^T and
 // O^T = C^T P^T. With the heads as M, half of every A fragment was zero heads, and each warp
@@ -523,8 +513,8 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
         const int j = jt + r_copy;
         if (H8 && rix >= 0) { // the whole tile (jlo, jhi: the caller's)
             k25_fence_proxy_async();
-            mla_tensor_copy(cbuf + b * TS + warp * MMA_BOX, &cache_map, warp * MMA_BC, rix,
-                            &tile_full[b]);
+            k25_tensor_copy_2d(k25_smem_addr(cbuf + b * TS + warp * MMA_BOX), &cache_map,
+                               warp * MMA_BC, rix, k25_smem_addr(&tile_full[b]));
         } else if (!H8 && rix >= 0 && j >= jlo && j < jhi) {
             k25_fence_proxy_async();
             k25_bulk_g2s_nohint(cbuf + b * TS + r_copy * WS, cache + (size_t)rix * W, row_bytes,
@@ -1121,18 +1111,9 @@ static CUtensorMap mla_cache_map(const void *cache, int64_t rows, int W) {
         CUtensorMap map;
     } maps[256];
     static int n_maps = 0;
-    static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
     for (int i = 0; i < n_maps; i++)
         if (maps[i].p == cache && maps[i].rows == rows && maps[i].W == W) return maps[i].map;
-    if (!encode) {
-        void *fn = nullptr;
-        cudaDriverEntryPointQueryResult found;
-        CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
-                                                    cudaEnableDefault, &found));
-        if (found != cudaDriverEntryPointSuccess || !fn)
-            K25_DIE("MLA: the CUDA driver has no cuTensorMapEncodeTiled");
-        encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-    }
+    PFN_cuTensorMapEncodeTiled_v12000 encode = k25_tensor_map_encoder();
     CUtensorMap map;
     const cuuint64_t dim[2] = {(cuuint64_t)W, (cuuint64_t)rows}, stride[1] = {(cuuint64_t)W * 2};
     const cuuint32_t box[2] = {MMA_BC, MMA_JT}, step[2] = {1, 1};

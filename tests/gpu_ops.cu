@@ -348,6 +348,19 @@ static int gemv_max_rows(void) {
     return mt && *mt ? atoi(mt) : K25K_GEMV_MAX_T_DEFAULT;
 }
 
+// The path of a T-row projection (the backend's choice: K25_GEMV_MAX_T, then the warpgroup-MMA
+// kernel up to K25_WGMMA_MAX_T rows on sm_90 with split activations, then cuBLASLt).
+static const char *matmul_path(int T) {
+    if (T <= gemv_max_rows()) return "gemv";
+    const char *mt = getenv("K25_WGMMA_MAX_T");
+    const int wg = mt && *mt ? atoi(mt) : K25K_WGMMA_MAX_T_DEFAULT;
+    int dev = 0, major = 0, minor = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    return T <= wg && k25k_split_activations() && major == 9 && minor == 0 ? "wgmma" : "cublaslt";
+}
+
 // One projection: y = x W^T on both backends.
 static void check_matmul_one(pair *p, const k25_tensor *Wc, const k25_tensor *Wg, int T,
                              const char *what) {
@@ -364,8 +377,8 @@ static void check_matmul_one(pair *p, const k25_tensor *Wc, const k25_tensor *Wg
     // against the float64-accumulating CPU); cuBLASLt takes them as two bf16 halves (~1e-5), or
     // rounded to bf16 once with K25_BF16_ACTIVATIONS=1 (~3e-3).
     const int gemv = T <= gemv_max_rows();
-    report(e <= (gemv ? 1e-4 : 1e-2), "matmul %-8s T=%-4d N=%-6d K=%-6d rel=%.2e (%s)", what, T,
-           N, K, e, gemv ? "gemv" : "cublaslt");
+    report(e <= (gemv || k25k_split_activations() ? 1e-4 : 1e-2),
+           "matmul %-8s T=%-4d N=%-6d K=%-6d rel=%.2e (%s)", what, T, N, K, e, matmul_path(T));
     if (gemv && T > 1) {
         // The same rows in calls of 1, 2, 3, ... rows (every GEMV row tile: 1, 2, 4, 8, partial
         // tiles) must give the T-row call's results bit for bit: a row's result does not depend
@@ -380,6 +393,22 @@ static void check_matmul_one(pair *p, const k25_tensor *Wc, const k25_tensor *Wg
         size_t diff = gpu_bits_differ(p, y.g, yc, (size_t)T * N);
         report(diff == 0, "matmul %-8s T=%-4d N=%-6d K=%-6d same bits in %d calls of 1, 2, ... "
                "rows: %zu values differ", what, T, N, K, calls, diff);
+        p->gpu->free(p->gpu, yc);
+    }
+    const int wg_min = gemv_max_rows() + 1; // the fewest rows the warpgroup-MMA kernel takes
+    if (!strcmp(matmul_path(T), "wgmma") && T >= 2 * wg_min) {
+        // Its K-slice plan depends on N and K only and a column's MMA sums do not depend on the
+        // others: the rows in calls of wg_min, wg_min + 1, ... rows give the T-row call's bits
+        float *yc = (float *)p->gpu->alloc(p->gpu, sizeof(float) * (size_t)T * N);
+        int calls = 0;
+        for (int t0 = 0, len = wg_min; t0 < T; t0 += len, len++) {
+            if (T - (t0 + len) < wg_min) len = T - t0; // no call below the kernel's rows
+            p->gpu->matmul(p->gpu, x.g + (size_t)t0 * K, Wg, len, yc + (size_t)t0 * N);
+            calls++;
+        }
+        size_t diff = gpu_bits_differ(p, y.g, yc, (size_t)T * N);
+        report(diff == 0, "matmul %-8s T=%-4d N=%-6d K=%-6d same bits in %d calls of %d, %d, ... "
+               "rows: %zu values differ (wgmma)", what, T, N, K, calls, wg_min, wg_min + 1, diff);
         p->gpu->free(p->gpu, yc);
     }
     dbuf_free(p, &x), dbuf_free(p, &y);
@@ -421,11 +450,13 @@ static void check_matmul2_pair(pair *p, const k25_tensor *W1c, const k25_tensor 
                                                  (const uint16_t *)W2g->dev, N1, N2, K);
     // above the GEMV, a pair allocated as one block (W2 right after W1) is one GEMM
     const int one_block = (const uint16_t *)W2g->dev == (const uint16_t *)W1g->dev + (size_t)N1 * K;
+    const int wgmma = !strcmp(matmul_path(T), "wgmma");
     const char *path = fused       ? "gemv pair"
                        : gemv      ? "gemv x2"
-                       : one_block ? "cublaslt, one GEMM"
-                                   : "cublaslt";
-    const double tol = gemv ? 1e-4 : 1e-2; // as matmul (see check_matmul_one)
+                       : one_block ? (wgmma ? "wgmma, one launch" : "cublaslt, one GEMM")
+                                   : matmul_path(T);
+    // as matmul (see check_matmul_one)
+    const double tol = gemv || k25k_split_activations() ? 1e-4 : 1e-2;
     report(e1 <= tol && e2 <= tol && past == 0,
            "matmul2 %-14s T=%-4d N=%d+%d K=%-6d rel=%.2e, %.2e, %zu values written past the "
            "outputs (%s)", what, T, N1, N2, K, e1, e2, past, path);
