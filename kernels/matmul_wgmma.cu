@@ -2,8 +2,8 @@
 // 5..32 rows, from the split operand [hi; lo] (bf16 [2][T][K], lo = bf16(x - hi)) that the norms
 // stage. Between the tile GEMV (up to 4 rows, f32 FMAs) and cuBLASLt (a split-K GEMM of 2T rows,
 // its reduction kernel and the hi + lo sum: three launches at 10-50% of the copy bandwidth on
-// the TP8 shapes at 8-16 rows), one launch (1.2-1.9x cuBLASLt's time on those shapes at 5-16
-// rows, `bench/results/micro-matmul-wgmma-h200x1.md`):
+// the TP8 shapes at 8-16 rows), one launch (1.15-1.93x faster than those three on the shapes at
+// 5-16 rows, `bench/results/micro-matmul-wgmma-h200x1.md`):
 //
 // - Operands swapped: the weights are the MMA's M side (64 rows a block, one m64 MMA), the
 //   activation rows its N side (hi rows [0, TP), lo rows [TP, 2 TP)), so that 8-32 rows fill an
