@@ -414,9 +414,6 @@ static void bench_wgmma(int argc, char **argv, k25k_blas *lt, const float *x, fl
 int main(int argc, char **argv) {
     const int quick = bench_flag(argc, argv, "--quick"), no_lt = bench_flag(argc, argv, "--no-lt");
     warm = bench_flag(argc, argv, "--warm");
-    // the cuBLASLt columns time cuBLASLt: the handle is made without the wgmma kernel, which
-    // the table of --wgmma times by itself
-    setenv("K25_WGMMA_MAX_T", "0", 1);
     cudaStream_t s;
     int sms;
     const double copy_gbs = bench_start_single_gpu(argc, argv, &s, &sms);

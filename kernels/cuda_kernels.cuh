@@ -59,8 +59,8 @@ void k25k_gemv_bf16(const float *x, const uint16_t *W, int T, int N, int K, floa
                     cudaStream_t s);
 // The GEMV's plan for N x K: K slices (blocks of one cluster) and weight rows per block.
 void k25k_gemv_plan(int N, int K, int *k_slices, int *rows_per_block);
-// xs: x already as the bf16 operand [hi; lo] (k25k_rmsnorm's hi and lo, lo = hi + T * K), or
-// NULL: converted here from x.
+// The cuBLASLt path alone (k25k_matmul picks among the paths). xs: x already as the bf16
+// operand [hi; lo] (k25k_rmsnorm's hi and lo, lo = hi + T * K), or NULL: converted here from x.
 void k25k_matmul_lt(k25k_blas *b, const float *x, const uint16_t *xs, const uint16_t *W, int T,
                     int N, int K, float *y, cudaStream_t s);
 // The cuBLASLt call alone, activations already bf16 xb[T][K].

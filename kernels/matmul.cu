@@ -605,8 +605,6 @@ static const uint16_t *lt_stage(k25k_blas *b, const float *x, const uint16_t *xs
 static const float *lt_products(k25k_blas *b, const uint16_t *xb, const uint16_t *W, int T, int N,
                                 int K, float *y, bool keep_parts, cudaStream_t s) {
     const int split = k25k_split_activations();
-    if (split && T <= b->wgmma_max_t && k25k_matmul_wgmma(xb, W, T, N, 0, K, y, NULL, s))
-        return NULL;
     float *y2 = split ? k25k_blas_products(b, T, (size_t)N) : NULL;
     if (y2) {
         lt_gemm(b, xb, W, 2 * T, N, K, y2, 0.0f, s);
@@ -623,6 +621,16 @@ void k25k_matmul_lt(k25k_blas *b, const float *x, const uint16_t *xs, const uint
                     int N, int K, float *y, cudaStream_t s) {
     if (T <= 0 || N <= 0) return;
     lt_products(b, lt_stage(b, x, xs, T, K, s), W, T, N, K, y, false, s);
+}
+
+// The products above the GEMV's rows from the staged operand: the warpgroup-MMA kernel up to
+// its rows where it applies (y written, NULL returned), else cuBLASLt's (lt_products).
+static const float *split_products(k25k_blas *b, const uint16_t *xb, const uint16_t *W, int T,
+                                   int N, int K, float *y, bool keep_parts, cudaStream_t s) {
+    if (k25k_split_activations() && T <= b->wgmma_max_t &&
+        k25k_matmul_wgmma(xb, W, T, N, 0, K, y, NULL, s))
+        return NULL;
+    return lt_products(b, xb, W, T, N, K, y, keep_parts, s);
 }
 
 void k25k_matmul_lt_bf16(k25k_blas *b, const uint16_t *xb, const uint16_t *W, int T, int N, int K,
@@ -644,8 +652,8 @@ void k25k_matmul(k25k_blas *b, const float *x, const uint16_t *xs, const uint16_
                  int K, float *y, cudaStream_t s) {
     if (T <= b->gemv_max_t)
         k25k_gemv_bf16(x, W, T, N, K, y, s);
-    else
-        k25k_matmul_lt(b, x, xs, W, T, N, K, y, s);
+    else if (T > 0 && N > 0)
+        split_products(b, lt_stage(b, x, xs, T, K, s), W, T, N, K, y, false, s);
 }
 
 const float *k25k_matmul_parts(k25k_blas *b, const float *x, const uint16_t *xs,
@@ -654,7 +662,7 @@ const float *k25k_matmul_parts(k25k_blas *b, const float *x, const uint16_t *xs,
         k25k_matmul(b, x, xs, W, T, N, K, y, s);
         return NULL;
     }
-    return lt_products(b, lt_stage(b, x, xs, T, K, s), W, T, N, K, y, true, s);
+    return split_products(b, lt_stage(b, x, xs, T, K, s), W, T, N, K, y, true, s);
 }
 
 void k25k_matmul2(k25k_blas *b, const float *x, const uint16_t *xs, const uint16_t *W1,
@@ -667,7 +675,7 @@ void k25k_matmul2(k25k_blas *b, const float *x, const uint16_t *xs, const uint16
         k25k_gemv_bf16(x, W2, T, N2, K, y2, s);
         return;
     }
-    // cuBLASLt: the activations converted once for both products
+    // the activations converted once for both products
     const uint16_t *xb = lt_stage(b, x, xs, T, K, s);
     // W2 right after W1: [W1; W2] is one N1 + N2 row matrix, one GEMM over [hi; lo]
     const bool adjacent =
@@ -680,8 +688,8 @@ void k25k_matmul2(k25k_blas *b, const float *x, const uint16_t *xs, const uint16
         k25k_sum2_pair(y1, y2, p, T, N1, N2, s);
         return;
     }
-    if (N1 > 0) lt_products(b, xb, W1, T, N1, K, y1, false, s);
-    if (N2 > 0) lt_products(b, xb, W2, T, N2, K, y2, false, s);
+    if (N1 > 0) split_products(b, xb, W1, T, N1, K, y1, false, s);
+    if (N2 > 0) split_products(b, xb, W2, T, N2, K, y2, false, s);
 }
 
 // ------------------------------------------------------------------------------------------
