@@ -73,9 +73,12 @@ void k25k_matmul_lt_bf16(k25k_blas *b, const uint16_t *xb, const uint16_t *W, in
 int k25k_matmul_wgmma(const uint16_t *xs, const uint16_t *W, int T, int N1, int N2, int K,
                       float *y1, float *y2, cudaStream_t s);
 int k25k_wgmma_slices(int N, int K);
+// Whether the projections' dispatch takes k25k_matmul_wgmma for N x K: its K slices at most
+// K25_WGMMA_SLICE_MAX steps of 64 (default 24), where it ran faster than cuBLASLt.
+int k25k_wgmma_preferred(int N, int K);
 // GEMV for T <= K25_GEMV_MAX_T (default K25K_GEMV_MAX_T_DEFAULT); above, with split activations,
-// k25k_matmul_wgmma up to K25_WGMMA_MAX_T rows (default K25K_WGMMA_MAX_T_DEFAULT, 0: never);
-// cuBLASLt for the rest.
+// k25k_matmul_wgmma up to K25_WGMMA_MAX_T rows (default K25K_WGMMA_MAX_T_DEFAULT, 0: never) for
+// the shapes it is preferred for; cuBLASLt for the rest.
 #define K25K_GEMV_MAX_T_DEFAULT 4
 #define K25K_WGMMA_MAX_T_DEFAULT 32
 void k25k_matmul(k25k_blas *b, const float *x, const uint16_t *xs, const uint16_t *W, int T, int N,

@@ -2,9 +2,10 @@
 // GEMV-style tile kernel for few rows (every weight row read once for up to 16 activation rows
 // staged in shared memory, f32 accumulate, split-K over a thread-block cluster for small N, the
 // same summation order for every T; also two projections of the same x in one launch), then the
-// warpgroup-MMA kernel of matmul_wgmma.cu up to K25_WGMMA_MAX_T rows, and cuBLASLt for more rows
-// (activations converted to bf16 in a workspace, f32 accumulate and output). The GEMV kernels
-// are launched with programmatic dependent launch (k25_launch).
+// warpgroup-MMA kernel of matmul_wgmma.cu up to K25_WGMMA_MAX_T rows where its K slices are
+// short (k25k_wgmma_preferred), and cuBLASLt for the rest (activations converted to bf16 in a
+// workspace, f32 accumulate and output). The GEMV kernels are launched with programmatic
+// dependent launch (k25_launch).
 #include <cooperative_groups.h>
 #include <cublasLt.h>
 #include <stdlib.h>
@@ -627,7 +628,7 @@ void k25k_matmul_lt(k25k_blas *b, const float *x, const uint16_t *xs, const uint
 // its rows where it applies (y written, NULL returned), else cuBLASLt's (lt_products).
 static const float *split_products(k25k_blas *b, const uint16_t *xb, const uint16_t *W, int T,
                                    int N, int K, float *y, bool keep_parts, cudaStream_t s) {
-    if (k25k_split_activations() && T <= b->wgmma_max_t &&
+    if (k25k_split_activations() && T <= b->wgmma_max_t && k25k_wgmma_preferred(N, K) &&
         k25k_matmul_wgmma(xb, W, T, N, 0, K, y, NULL, s))
         return NULL;
     return lt_products(b, xb, W, T, N, K, y, keep_parts, s);
@@ -680,7 +681,8 @@ void k25k_matmul2(k25k_blas *b, const float *x, const uint16_t *xs, const uint16
     // W2 right after W1: [W1; W2] is one N1 + N2 row matrix, one GEMM over [hi; lo]
     const bool adjacent =
         k25k_split_activations() && N1 > 0 && N2 > 0 && W2 == W1 + (size_t)N1 * K;
-    if (adjacent && T <= b->wgmma_max_t && k25k_matmul_wgmma(xb, W1, T, N1, N2, K, y1, y2, s))
+    if (adjacent && T <= b->wgmma_max_t && k25k_wgmma_preferred(N1 + N2, K) &&
+        k25k_matmul_wgmma(xb, W1, T, N1, N2, K, y1, y2, s))
         return;
     float *p = adjacent ? k25k_blas_products(b, T, (size_t)(N1 + N2)) : NULL;
     if (p) {

@@ -19,6 +19,8 @@
 //   either (checked by gpu_ops and micro_matmul for 1-16 rows).
 // - hi and lo of the same row land in the same thread's accumulators (TP a multiple of 8) and
 //   are added there: no products workspace, no sum kernel.
+// - The dispatch takes it only where its K slices are at most WG_MAX_SLICE_STEPS long
+//   (k25k_wgmma_preferred): o_proj at TP2 and TP1 stays on cuBLASLt.
 #include <cooperative_groups.h>
 
 #include "cuda_kernels.cuh"
@@ -263,6 +265,19 @@ int k25k_wgmma_slices(int N, int K) {
     int ks = 1;
     while (ks < most && tiles * 2 * ks <= slots && kt >= 4 * ks) ks *= 2;
     return ks;
+}
+
+// Whether the dispatch (matmul.cu) takes the kernel for N x K: its K slices of at most
+// WG_MAX_SLICE_STEPS steps of 64. Longer slices streamed slower than cuBLASLt's split-K GEMM:
+// o_proj at TP2 and TP1 (7168 x 4096 / 8192, 32 / 64 steps a slice) ran at 0.82-0.94x / 0.78-0.89x
+// of cuBLASLt at 5-32 rows, where the shapes of 3-24 steps ran at 1.0-1.8x (bench/NOTES.md).
+#define WG_MAX_SLICE_STEPS 24
+int k25k_wgmma_preferred(int N, int K) {
+    if (!wg_device_ok()) return 0; // the plan's occupancy query needs the kernel's image
+    static int most = -1;
+    if (most < 0) most = k25_env_int("K25_WGMMA_SLICE_MAX", WG_MAX_SLICE_STEPS);
+    const int kt = (int)k25_cdiv(K, WG_BK), ks = k25k_wgmma_slices(N, K);
+    return k25_cdiv(kt, ks) <= most;
 }
 
 // The ring: as many stages as a slice has K steps (every copy in flight from the start), within

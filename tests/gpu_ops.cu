@@ -348,10 +348,10 @@ static int gemv_max_rows(void) {
     return mt && *mt ? atoi(mt) : K25K_GEMV_MAX_T_DEFAULT;
 }
 
-// The path of a T-row projection over K (the backend's choice: K25_GEMV_MAX_T, then the
-// warpgroup-MMA kernel up to K25_WGMMA_MAX_T rows on sm_90 with split activations and K a
-// multiple of 8 from 64 on, then cuBLASLt).
-static const char *matmul_path(int T, int K) {
+// The path of a T-row projection of N x K (the backend's choice: K25_GEMV_MAX_T, then the
+// warpgroup-MMA kernel up to K25_WGMMA_MAX_T rows on sm_90 with split activations, K a multiple
+// of 8 from 64 on and K slices it takes (k25k_wgmma_preferred), then cuBLASLt).
+static const char *matmul_path(int T, int N, int K) {
     if (T <= gemv_max_rows()) return "gemv";
     const char *mt = getenv("K25_WGMMA_MAX_T");
     const int wg = mt && *mt ? atoi(mt) : K25K_WGMMA_MAX_T_DEFAULT;
@@ -359,7 +359,8 @@ static const char *matmul_path(int T, int K) {
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-    const int applies = K >= 64 && K % 8 == 0 && k25k_split_activations() && major == 9 && !minor;
+    const int applies = K >= 64 && K % 8 == 0 && k25k_split_activations() && major == 9 &&
+                        !minor && k25k_wgmma_preferred(N, K);
     return T <= wg && applies ? "wgmma" : "cublaslt";
 }
 
@@ -380,7 +381,8 @@ static void check_matmul_one(pair *p, const k25_tensor *Wc, const k25_tensor *Wg
     // rounded to bf16 once with K25_BF16_ACTIVATIONS=1 (~3e-3).
     const int gemv = T <= gemv_max_rows();
     report(e <= (gemv || k25k_split_activations() ? 1e-4 : 1e-2),
-           "matmul %-8s T=%-4d N=%-6d K=%-6d rel=%.2e (%s)", what, T, N, K, e, matmul_path(T, K));
+           "matmul %-8s T=%-4d N=%-6d K=%-6d rel=%.2e (%s)", what, T, N, K, e,
+           matmul_path(T, N, K));
     if (gemv && T > 1) {
         // The same rows in calls of 1, 2, 3, ... rows (every GEMV row tile: 1, 2, 4, 8, partial
         // tiles) must give the T-row call's results bit for bit: a row's result does not depend
@@ -398,7 +400,7 @@ static void check_matmul_one(pair *p, const k25_tensor *Wc, const k25_tensor *Wg
         p->gpu->free(p->gpu, yc);
     }
     const int wg_min = gemv_max_rows() + 1; // the fewest rows the warpgroup-MMA kernel takes
-    if (!strcmp(matmul_path(T, K), "wgmma") && T >= 2 * wg_min) {
+    if (!strcmp(matmul_path(T, N, K), "wgmma") && T >= 2 * wg_min) {
         // Its K-slice plan depends on N and K only and a column's MMA sums do not depend on the
         // others: the rows in calls of wg_min, wg_min + 1, ... rows give the T-row call's bits
         float *yc = (float *)p->gpu->alloc(p->gpu, sizeof(float) * (size_t)T * N);
@@ -452,11 +454,11 @@ static void check_matmul2_pair(pair *p, const k25_tensor *W1c, const k25_tensor 
                                                  (const uint16_t *)W2g->dev, N1, N2, K);
     // above the GEMV, a pair allocated as one block (W2 right after W1) is one GEMM
     const int one_block = (const uint16_t *)W2g->dev == (const uint16_t *)W1g->dev + (size_t)N1 * K;
-    const int wgmma = !strcmp(matmul_path(T, K), "wgmma");
+    const int wgmma = !strcmp(matmul_path(T, one_block ? N1 + N2 : N1, K), "wgmma");
     const char *path = fused       ? "gemv pair"
                        : gemv      ? "gemv x2"
                        : one_block ? (wgmma ? "wgmma, one launch" : "cublaslt, one GEMM")
-                                   : matmul_path(T, K);
+                                   : matmul_path(T, N1, K);
     // as matmul (see check_matmul_one)
     const double tol = gemv || k25k_split_activations() ? 1e-4 : 1e-2;
     report(e1 <= tol && e2 <= tol && past == 0,
