@@ -550,6 +550,62 @@ static void check_matmul_singles(pair *p, int T) {
         }
 }
 
+typedef struct swiglu_args {
+    k25_backend *be;
+    const k25_layer *L;
+    int T;
+    float *x, *gate, *up, *act, *out;
+} swiglu_args;
+
+// down(silu(gate(x)) * up(x)), as the dense MLP or the shared expert runs it.
+static void run_swiglu(void *arg) {
+    swiglu_args *a = (swiglu_args *)arg;
+    const int I = (int)a->L->ffn_gate.rows;
+    a->be->matmul2(a->be, a->x, &a->L->ffn_gate, &a->L->ffn_up, a->T, a->gate, a->up);
+    a->be->silu_mul(a->be, a->gate, a->up, a->T, I, a->act);
+    a->be->matmul(a->be, a->act, &a->L->ffn_down, a->T, a->out);
+}
+
+// The dense MLP's or shared expert's chain on the main stream, then as a side branch beside a
+// main-stream norm that stages its output for the product after it: neither stream's products
+// may take the other's staged operand.
+static void check_staged_swiglu(pair *p, int T, const k25_layer *Lc, const k25_layer *Lg,
+                                double tol, const char *path) {
+    if (Lg->ffn_gate.kind == K25_SRC_NONE) return;
+    const int D = p->cfg->hidden, I = (int)Lg->ffn_gate.rows;
+    const size_t td = (size_t)T * D, ti = (size_t)T * I;
+    float *hx = (float *)k25_malloc(sizeof(float) * td);
+    dbuf x = dbuf_new(p, td), y = dbuf_new(p, td), out = dbuf_new(p, td), o2 = dbuf_new(p, ti);
+    dbuf g = dbuf_new(p, ti), u = dbuf_new(p, ti), act = dbuf_new(p, ti);
+    fill_randn(hx, td, 1.0f);
+    dbuf_set(p, &x, hx);
+    k25_backend *be[2] = {p->cpu, p->gpu};
+    for (int side = 0; side < 2; side++) {
+        dbuf_poison(p, &out);
+        for (int k = 0; k < 2; k++) {
+            const k25_layer *L = k ? Lg : Lc;
+            swiglu_args a = {be[k], L, T, k ? x.g : x.c, k ? g.g : g.c, k ? u.g : u.c,
+                             k ? act.g : act.c, k ? out.g : out.c};
+            if (!side) {
+                run_swiglu(&a);
+                continue;
+            }
+            be[k]->fork(be[k], run_swiglu, &a);
+            be[k]->rmsnorm(be[k], k ? x.g : x.c, D, &L->ffn_norm, p->cfg->norm_eps, T, D,
+                           k ? y.g : y.c);
+            be[k]->matmul(be[k], k ? y.g : y.c, &L->ffn_gate, T, k ? o2.g : o2.c);
+            be[k]->join(be[k]);
+        }
+        const double e = dbuf_err(p, &out, td), e2 = side ? dbuf_err(p, &o2, ti) : 0.0;
+        report(e <= tol && e2 <= tol,
+               "swiglu gate+up, silu_mul, down T=%-4d rel=%.2e, %.2e (%s, %s)", T, e, e2,
+               side ? "side branch beside a norm -> matmul" : "main stream", path);
+    }
+    dbuf_free(p, &x), dbuf_free(p, &y), dbuf_free(p, &out), dbuf_free(p, &o2);
+    dbuf_free(p, &g), dbuf_free(p, &u), dbuf_free(p, &act);
+    free(hx);
+}
+
 // Above the GEMV's row limit a norm writes the bf16 operand of the projections that read its
 // output beside it (kernels/backend_cuda.cu, "Staged operands"). The products must match the
 // CPU after each norm, and must see a write into the norm's output made in between (a partial
@@ -630,6 +686,7 @@ static void check_staged(pair *p, int T) {
     dbuf_free(p, &x), dbuf_free(p, &d), dbuf_free(p, &h), dbuf_free(p, &y);
     dbuf_free(p, &o1), dbuf_free(p, &o2);
     free(hx);
+    check_staged_swiglu(p, T, Lc, Lg, tol, path);
 }
 
 // --only matmul: both groups; --only matmul2: the pairs alone.
