@@ -72,6 +72,7 @@ bench micro_w4a16 bench_w4a16.jsonl "$BUILD/bench/micro_w4a16"     # 3
 bench micro_mla bench_mla.jsonl "$BUILD/bench/micro_mla"           # 4
 bench micro_matmul bench_matmul.jsonl "$BUILD/bench/micro_matmul"  # 5
 bench "micro_matmul --wgmma" bench_matmul_wgmma.jsonl "$BUILD/bench/micro_matmul" --wgmma
+bench micro_hop bench_hop.jsonl "$BUILD/bench/micro_hop"
 if [ "$ngpu" -ge 2 ]; then
     bench "micro_allreduce np=$ngpu" bench_allreduce.jsonl mpirun -np "$ngpu" "$BUILD/bench/micro_allreduce"  # 6
 else
