@@ -268,9 +268,10 @@ int k25k_wgmma_slices(int N, int K) {
 }
 
 // Whether the dispatch (matmul.cu) takes the kernel for N x K: its K slices of at most
-// WG_MAX_SLICE_STEPS steps of 64. Longer slices streamed slower than cuBLASLt's split-K GEMM:
-// o_proj at TP2 and TP1 (7168 x 4096 / 8192, 32 / 64 steps a slice) ran at 0.82-0.94x / 0.78-0.89x
-// of cuBLASLt at 5-32 rows, where the shapes of 3-24 steps ran at 1.0-1.8x (bench/NOTES.md).
+// WG_MAX_SLICE_STEPS steps of 64, the measured boundary: o_proj at TP2 and TP1 (7168 x 4096 /
+// 8192, 32 / 64 steps a slice) ran at 0.82-0.94x / 0.78-0.89x of cuBLASLt at 5-32 rows, where
+// the shapes of 3-24 steps ran at 1.0-1.8x (bench/NOTES.md; likely o_proj's 224 blocks on 132
+// SMs, uneven once each block streams long, rather than the slice's length itself).
 #define WG_MAX_SLICE_STEPS 24
 int k25k_wgmma_preferred(int N, int K) {
     if (!wg_device_ok()) return 0; // the plan's occupancy query needs the kernel's image
