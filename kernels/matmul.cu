@@ -624,13 +624,19 @@ void k25k_matmul_lt(k25k_blas *b, const float *x, const uint16_t *xs, const uint
     lt_products(b, lt_stage(b, x, xs, T, K, s), W, T, N, K, y, false, s);
 }
 
-// The products above the GEMV's rows from the staged operand: the warpgroup-MMA kernel up to
-// its rows where it applies (y written, NULL returned), else cuBLASLt's (lt_products).
+// The warpgroup-MMA kernel for [W1; W2] (N2 = 0: W1 alone) from the split operand, where the
+// dispatch takes it: up to its rows, for the shapes it is preferred for. Whether it ran.
+static bool wgmma_products(const k25k_blas *b, const uint16_t *xb, const uint16_t *W1, int T,
+                           int N1, int N2, int K, float *y1, float *y2, cudaStream_t s) {
+    return k25k_split_activations() && T <= b->wgmma_max_t && k25k_wgmma_preferred(N1 + N2, K) &&
+           k25k_matmul_wgmma(xb, W1, T, N1, N2, K, y1, y2, s);
+}
+
+// The products above the GEMV's rows from the staged operand: the warpgroup-MMA kernel where
+// the dispatch takes it (y written, NULL returned), else cuBLASLt's (lt_products).
 static const float *split_products(k25k_blas *b, const uint16_t *xb, const uint16_t *W, int T,
                                    int N, int K, float *y, bool keep_parts, cudaStream_t s) {
-    if (k25k_split_activations() && T <= b->wgmma_max_t && k25k_wgmma_preferred(N, K) &&
-        k25k_matmul_wgmma(xb, W, T, N, 0, K, y, NULL, s))
-        return NULL;
+    if (wgmma_products(b, xb, W, T, N, 0, K, y, NULL, s)) return NULL;
     return lt_products(b, xb, W, T, N, K, y, keep_parts, s);
 }
 
@@ -681,9 +687,7 @@ void k25k_matmul2(k25k_blas *b, const float *x, const uint16_t *xs, const uint16
     // W2 right after W1: [W1; W2] is one N1 + N2 row matrix, one GEMM over [hi; lo]
     const bool adjacent =
         k25k_split_activations() && N1 > 0 && N2 > 0 && W2 == W1 + (size_t)N1 * K;
-    if (adjacent && T <= b->wgmma_max_t && k25k_wgmma_preferred(N1 + N2, K) &&
-        k25k_matmul_wgmma(xb, W1, T, N1, N2, K, y1, y2, s))
-        return;
+    if (adjacent && wgmma_products(b, xb, W1, T, N1, N2, K, y1, y2, s)) return;
     float *p = adjacent ? k25k_blas_products(b, T, (size_t)(N1 + N2)) : NULL;
     if (p) {
         lt_gemm(b, xb, W1, 2 * T, N1 + N2, K, p, 0.0f, s);
