@@ -3,6 +3,7 @@
 #   CUDA_HOME      CUDA toolkit (default /usr/local/cuda)
 #   SM=90          GPU architecture (H100/H200)
 #   SAN=1          AddressSanitizer + UndefinedBehaviorSanitizer (CPU code)
+#   PHASES=1       in-kernel phase stamps (kernels/phase_stamps.cuh, k25bench --phases)
 #   DEBUG=1        -O0 -g, NaN/Inf checks on by default
 #   BUILD=build    object directory (binaries land at the repository root)
 # Targets: all (k25dec, k25bench, k25-mkckpt), test, test-gpu, bench, clean.
@@ -40,6 +41,9 @@ ifeq ($(SAN),1)
   LDLIBS += -fsanitize=address,undefined
   override BUILD := $(BUILD)-san
 endif
+ifeq ($(PHASES),1)
+  override BUILD := $(BUILD)-phases
+endif
 
 $(info ✓ MPI: $(shell $(MPICC) --showme:version 2>/dev/null | head -1))
 ifeq ($(CUDA),1)
@@ -52,7 +56,8 @@ ifeq ($(CUDA),1)
   MPI_CFLAGS := $(shell $(MPICC) --showme:compile)
   NVCC_ARCH  := -gencode=arch=compute_$(SM),code=sm_$(SM)
   NVCCFLAGS  := -O3 -std=c++17 -lineinfo \
-                -Isrc -Ikernels $(MPI_CFLAGS) -Xcompiler -fopenmp -MMD -MP
+                -Isrc -Ikernels $(MPI_CFLAGS) -Xcompiler -fopenmp -MMD -MP \
+                $(if $(filter 1,$(PHASES)),-DK25_PHASES)
   CFLAGS     += -DK25_CUDA=1 -I$(CUDA_HOME)/include
   LDLIBS     += -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -lcudart -lcublasLt -lcublas -lnccl \
                 -Wl,-rpath,$(CUDA_HOME)/lib64 -lstdc++

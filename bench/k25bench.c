@@ -47,7 +47,7 @@
 #define MAX_SPEC_MODES 16
 
 typedef struct bench_args {
-    const char *model_dir, *config_file, *backend, *json, *plot, *trace;
+    const char *model_dir, *config_file, *backend, *json, *plot, *trace, *phases;
     int synthetic;
     uint64_t synth_seed;
     const char *sets[MAX_SETS];
@@ -115,6 +115,9 @@ static void usage(FILE *f) {
         "  --trace FILE.csv        every kernel of the breakdown's decode steps as served, with\n"
         "                          its start and end on the GPU (rank 0's GPU; CUDA builds;\n"
         "                          summary: bench/trace_summary.py FILE.csv)\n"
+        "  --phases FILE.csv       the in-kernel phase stamps of the last layer of the\n"
+        "                          breakdown's decode steps as served (a build with\n"
+        "                          make PHASES=1; summary: bench/phases_summary.py FILE.csv)\n"
         "  --plot FILE.png         output tok/s and TPOT against concurrency (needs python3 +\n"
         "                          matplotlib; skipped with a message when missing)\n"
         "  -h, --help\n",
@@ -245,6 +248,8 @@ static int parse_args(int argc, char **argv, bench_args *a, char *err) {
             a->plot = val;
         } else if (!strcmp(f, "--trace")) {
             a->trace = val;
+        } else if (!strcmp(f, "--phases")) {
+            a->phases = val;
         } else {
             return k25_err(err, "unknown option '%s' (see --help)", f);
         }
@@ -263,6 +268,9 @@ static int parse_args(int argc, char **argv, bench_args *a, char *err) {
         return k25_err(err, "--profile-only with --profile-steps 0 would time nothing");
     if (a->trace && a->profile_steps == 0)
         return k25_err(err, "--trace records the breakdown's decode steps: not with "
+                            "--profile-steps 0");
+    if (a->phases && a->profile_steps == 0)
+        return k25_err(err, "--phases reads the breakdown's decode steps: not with "
                             "--profile-steps 0");
     if (a->spec_draft && !a->spec_k) a->spec_k = 3;
     if (a->spec_draft && !a->n_spec_modes) a->n_spec_modes = 1; // the draft's own tokens
@@ -702,6 +710,8 @@ static k25_engine *new_engine(k25_model *m, const k25_config *c, int conc, int p
 
 // Set on the rank that traces kernels (--trace): the unprofiled decode steps are marked.
 static int tracing;
+// Where that rank writes the phase stamps after the unprofiled decode steps (--phases), or NULL.
+static const char *phases_path;
 
 // Set when a signal stopped the sweep (at the same step on every rank).
 static int bench_stopped;
@@ -823,6 +833,11 @@ static void profile(k25_instance *in, const k25_config *c, const workload *w, in
     free(n_out);
     double graph_ms, step_ms, sum[K25_OPG_N] = {0};
     int graph_steps = time_full_decode_steps(e, n, steps, d, &graph_ms, NULL);
+    char err[K25_ERR_LEN];
+    if (phases_path && kernel_phases_write(phases_path, n, err) != 0) {
+        k25_log("k25bench: %s: no more phase stamps are written\n", err);
+        phases_path = NULL;
+    }
     res->graph_step_ms = graph_steps ? graph_ms / graph_steps : 0;
     op_profile_install(in->be);
     int timed = time_full_decode_steps(e, n, steps, d, &step_ms, sum), ctx = 0;
@@ -1237,6 +1252,8 @@ int main(int argc, char **argv) {
         if (a.json) ok = check_writable(a.json, err) == 0;
         if (ok && a.plot) ok = check_writable(a.plot, err) == 0;
         if (ok && a.trace) ok = check_writable(a.trace, err) == 0;
+        if (ok && a.phases) ok = check_writable(a.phases, err) == 0;
+        if (ok && a.phases) ok = kernel_phases_built(err) == 0;
         if (ok && a.plot) {
             char why[K25_ERR_LEN];
             do_plot = find_plotter(plot_script, sizeof plot_script, why) == 0;
@@ -1245,9 +1262,15 @@ int main(int argc, char **argv) {
     }
     if (ok && a.trace && strcmp(cfg.backend, "cuda"))
         ok = k25_err(err, "--trace records GPU kernels: needs --backend cuda") == 0;
+    if (ok && a.phases && strcmp(cfg.backend, "cuda"))
+        ok = k25_err(err, "--phases reads GPU kernels' stamps: needs --backend cuda") == 0;
     // before the backend exists, so that its context is traced from its start
     if (ok && a.trace && d.world_rank == 0) ok = kernel_trace_start(err) == 0;
     tracing = ok && a.trace && d.world_rank == 0;
+    if (ok && a.phases && d.world_rank == 0) {
+        unlink(a.phases); // the run's stamps are appended to an empty file
+        phases_path = a.phases;
+    }
     agree_or_exit(&d, ok, err);
     if (!strcmp(cfg.backend, "cuda")) check_gpus_free(&d);
 

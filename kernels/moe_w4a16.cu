@@ -38,6 +38,7 @@
 #include <type_traits>
 
 #include "moe_route.cuh"
+#include "phase_stamps.cuh"
 
 #define W4_ONE_GATE_UP_PER_SM 2 // one row's gate+up blocks an SM (the plan's target)
 
@@ -400,6 +401,10 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
     __shared__ int last_split;
     __shared__ int next_unit[2]; // the unit after the current one (two: see the unit loop)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+#ifdef K25_PHASES
+    const int site = gate_up ? K25_SITE_GATE_UP : K25_SITE_DOWN;
+#endif
+    K25_STAMP(site, 0);
     uint8_t *ring = w4_ring + warp * S * W4_STAGE_BYTES;
     if (lane == 0) {
 #pragma unroll
@@ -416,6 +421,7 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
     const bool early = ONE && !gate_up;
     if (!(ONE && gate_up)) k25_pdl_trigger();
     if (!early) k25_pdl_wait();
+    if (!early) K25_STAMP(site, 1);
     if (ONE && gate_up) k25_pdl_trigger();
     bool waited = !early;
     // kb_per_split = ceil(KB / n_splits) (moe_plan), computed: a second plan load was issued
@@ -473,6 +479,7 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
         __syncthreads();
         continue;
     }
+    if (it == 0) K25_STAMP_AFTER(site, 2, e);
     const int slot0 = ONE ? item : enc >> W4_ITEM_BITS;
     const int mp = min(NTT * 8, enc & ((1 << W4_ITEM_BITS) - 1));
     const int nt = rb * W4_NW + warp;
@@ -509,6 +516,7 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
     if (!waited) { // the activations are the previous kernel's
         k25_pdl_wait();
         waited = true;
+        K25_STAMP(site, 1);
     }
     // read by the staging after the chunk loop's first barrier; the previous unit's last
     // staging finished before its second one
@@ -605,6 +613,7 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
         if (ntr < NT) {
             const int q = consumed % S;
             k25_mbar_wait(&full[warp][q], (consumed / S) & 1);
+            if (consumed == 0) K25_STAMP(site, 3);
             const uint4 *rw = reinterpret_cast<const uint4 *>(ring + q * W4_STAGE_BYTES) + lane;
             const uint2 *rs =
                 reinterpret_cast<const uint2 *>(ring + q * W4_STAGE_BYTES + W4_STAGE_W) + g;
@@ -707,6 +716,7 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
     }
     if (rt + 1 < RG) zero_acc();
     } // row tiles
+    if (it == 0) K25_STAMP(site, 4);
     if (h) { // block-uniform
         if (n_splits > 1) {
             // One thread orders the whole block's partial stores (made before the barrier)
@@ -725,14 +735,18 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
                 last_split = last;
             }
             __syncthreads();
+            if (it == 0) K25_STAMP(site, 5);
             if (!last_split) continue;
         } else {
             __syncthreads(); // this block's partials are visible to all its threads
         }
         gate_up_tail<W4_TAIL_AHEAD(NTT)>(part, h, (size_t)slot0, mp, rb, I, A, n_splits);
     }
+    if (it == 0) K25_STAMP(site, 6);
     } // units
     if (!waited) k25_pdl_wait(); // no item had an expert: the launch still ends after gate+up's
+    K25_STAMP(site, 7);
+    K25_STAMP_UNITS(site, it);
 }
 
 
@@ -1105,3 +1119,6 @@ void k25k_moe_combine(const float *part, const int *n_splits, int A, int D, cons
         k25_launch("moe_combine", moe_combine_kernel<1>, grid_1d(n), 128, 0, s, part, n_splits,
                    A, D, slot_of, wts, T, top_k, add, out);
 }
+
+// This file's phase stamps (kernels/phases.cu reads them)
+K25_PHASES_READER(k25k_phases_read_moe)

@@ -13,11 +13,13 @@
 // after a block barrier (moe_route.cuh), which saves the sort's own launch on the critical path
 // of every MoE layer.
 #include <stdlib.h>
+#include <string.h>
 
 #include <algorithm>
 
 #include "bench_routing.h"
 #include "moe_route.cuh"
+#include "phase_stamps.cuh"
 
 // ------------------------------------------------------------------------------------------
 // One warp per row
@@ -211,6 +213,7 @@ __global__ void __launch_bounds__(SORT ? 512 : 32 * kRowsPerBlock)
                             int trigger_late) {
     const int lane = threadIdx.x & 31;
     const int t = (SORT ? 0 : blockIdx.x * kRowsPerBlock) + (threadIdx.x >> 5);
+    K25_STAMP(K25_SITE_ROUTER, 0);
     if (!trigger_late) k25_pdl_trigger();
     float b[NPL];
 #pragma unroll
@@ -226,14 +229,17 @@ __global__ void __launch_bounds__(SORT ? 512 : 32 * kRowsPerBlock)
     __shared__ int32_t sort_idx[SORT ? kSortRows * 32 : 1];
     int32_t *const sidx = SORT ? sort_idx : nullptr;
     k25_pdl_wait();
+    K25_STAMP(K25_SITE_ROUTER, 1);
     if (t < T)
         topk_row<NPL, LO>(logits, logits_lo, b, t, E, G, topk_group, top_k, norm_topk, scale, idx,
                           wts, sidx, drawn);
+    K25_STAMP(K25_SITE_ROUTER, 2);
     if constexpr (SORT) {
         extern __shared__ int sort_sm[];
         __syncthreads(); // every row's ids written
         moe_route_block<true>(sidx, T * top_k, top_k, E, I, D, o, r, sort_sm);
     }
+    K25_STAMP(K25_SITE_ROUTER, 3);
     if (trigger_late) k25_pdl_trigger();
 }
 
@@ -435,3 +441,6 @@ int k25k_router_topk(const float *logits, const float *logits_lo, const float *b
                n_group, topk_group, top_k, norm_topk, scale, idx, wts, u);
     return 0;
 }
+
+// This file's phase stamps (kernels/phases.cu reads them)
+K25_PHASES_READER(k25k_phases_read_router)

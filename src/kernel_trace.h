@@ -8,6 +8,10 @@
 // One trace per process, on the calling rank's GPU.
 #pragma once
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 // Starts recording every kernel launched from now on (before the backend is created, so that
 // its context is traced from the start). Returns 0, or -1 with err.
 int kernel_trace_start(char *err);
@@ -20,3 +24,16 @@ void kernel_trace_step_end(int rows);
 // start and end relative to the step's mark, smem_config the shared memory (bytes) the SM was
 // configured with for the kernel. Returns 0, or -1 with err (records dropped, file unwritable).
 int kernel_trace_finish(const char *path, char *err);
+
+// In-kernel phase stamps (kernels/phase_stamps.cuh, a build with make PHASES=1): appends the
+// stamps of the stamped kernels' last launches to path, labelled with `rows`, and clears them:
+//   rows,site,block,units,t0,...,t7
+// times in ns after the earliest stamp read. Returns 0, or -1 with err (another build, the file
+// unwritable).
+int kernel_phases_write(const char *path, int rows, char *err);
+// 0 when this binary has the stamps, else -1 with err.
+int kernel_phases_built(char *err);
+
+#ifdef __cplusplus
+}
+#endif

@@ -3,7 +3,9 @@
 # overlapping kernels (programmatic dependent launch, a second stream) counted once, idle time
 # between kernels, means over steps, one layer cut between two attention kernels, its kernels'
 # medians over all layers and beside another trace's, and a clear error for a trace without
-# kernels. Then k25bench's refusals of --trace where it cannot trace.
+# kernels. The phase stamps' reader (bench/phases_summary.py) on hand-written stamps: phase times
+# after the routing's end, per-block intervals, a unit's mean time, an earlier launch's blocks
+# left out. Then k25bench's refusals of --trace and --phases where they cannot work.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -94,6 +96,30 @@ if err=$(python3 bench/trace_summary.py "$tmp/empty.csv" 2>&1); then echo "FAIL:
 elif grep -q "empty.csv: no kernels in marked steps" <<<"$err"; then echo "ok   $err"
 else echo "FAIL: unclear error: $err"; fail=1; fi
 
+# phase stamps (ns): the router ends at 2003000 (the origin); gate+up's 4 blocks load their
+# expert ids 0.8-1.1 us after their wait, each next phase 1 us or more later; block 3 alone ran
+# the tail; block 9 is an earlier launch's (1 ms and more before the others)
+{
+    echo 'rows,site,block,units,t0,t1,t2,t3,t4,t5,t6,t7'
+    echo '1,router,0,0,2000000,2001000,2001500,2003000,,,,'
+    for b in 0 1 2 3; do
+        t6=; [ $b = 3 ] && t6=2009500
+        echo "1,gate_up,$b,2,2003500,2004000,$((2004800 + 100 * b)),$((2005800 + 100 * b)),2008000,2008800,$t6,2010000"
+    done
+    echo '1,gate_up,9,1,0,10,20,30,40,50,60,70'
+} >"$tmp/phases.csv"
+ph=$(python3 bench/phases_summary.py "$tmp/phases.csv") \
+    || { echo "FAIL: phases_summary.py exited non-zero"; fail=1; }
+check "phases" "$ph" \
+    '| router | 1 | end | 0.00 | 0.00 | 0.00 |' \
+    '| gate_up | 4 | expert id | 1.95 | 1.80 | 2.10 |' \
+    '| gate_up | 1 | unit end | 6.50 | 6.50 | 6.50 |' \
+    '| gate_up | 4 | exit | 7.00 | 7.00 | 7.00 |' \
+    '| gate_up | wait -> expert id | 4 | 0.95 | 1.10 |' \
+    '| gate_up | expert id -> first chunk | 4 | 1.00 | 1.00 |' \
+    '| gate_up | counted -> unit end | 1 | 0.70 | 0.70 |' \
+    '| gate_up | units a block: median 2, max 2; us a unit after the wait | 4 | 3.00 | 3.00 |'
+
 # k25bench: --trace only where there are GPU kernels to trace and decode steps to mark
 B=(./k25bench --config config/kimi_k25.ini --synthetic 1 --backend cpu --trace "$tmp/t.csv")
 for c in "B_CPU|${B[*]} --profile-only|--trace records GPU kernels: needs --backend cuda" \
@@ -104,4 +130,14 @@ for c in "B_CPU|${B[*]} --profile-only|--trace records GPU kernels: needs --back
     else echo "FAIL $name: exit $rc: $err"; fail=1; fi
 done
 [ -e "$tmp/t.csv" ] && { echo "FAIL: a refused run wrote the trace"; fail=1; }
+# --phases: only from a build with the stamps, and only with decode steps to read them after
+P=(./k25bench --config config/kimi_k25.ini --synthetic 1 --phases "$tmp/p.csv")
+for c in "NO_STAMPS|${P[*]} --backend cuda --profile-only|--phases: this binary was built without" \
+         "P_STEPS0|${P[*]} --profile-steps 0|--phases reads the breakdown's decode steps: not with --profile-steps 0"; do
+    IFS='|' read -r name cmd want <<<"$c"
+    err=$($cmd 2>&1); rc=$?
+    if [ $rc -ne 0 ] && grep -qF -- "$want" <<<"$err"; then echo "ok   $name: exit $rc: $want"
+    else echo "FAIL $name: exit $rc: $err"; fail=1; fi
+done
+[ -e "$tmp/p.csv" ] && { echo "FAIL: a refused run wrote the phase stamps"; fail=1; }
 exit $fail
