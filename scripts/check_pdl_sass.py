@@ -15,9 +15,9 @@ Rules, for every kernel in the objects:
     --prologue (its source loads weights, or step inputs uploaded before the step, before the
     wait on purpose: such a kernel must read the previous kernel's output with coherent loads,
     __ldcg or a plain load through a pointer without __restrict__, which is checked in the
-    source, not here); async copies into shared memory (LDGSTS) only in a kernel that matches
-    --async-prologue (the MLA attention fetches the cache rows older than the step before its
-    wait);
+    source, not here); async copies into shared memory (LDGSTS, or tensor-map copies: UTMALDG)
+    only in a kernel that matches --async-prologue (the MLA attention fetches the cache rows
+    older than the step before its wait, the warpgroup-MMA GEMM its weights' first stages);
   - a kernel without ACQBULK: an error unless its name matches --exempt (load-time kernels).
 Prints one line per kernel and exits 1 on any violation.
 
@@ -35,7 +35,7 @@ import sys
 DEFAULT_PROLOGUE = (r"mla_attn_mma_kernel|mla_out_kernel|mla_absorb_kernel|gemv_tile_kernel|"
                     r"router_topk_warp_kernel|rmsnorm_reg_kernel")
 DEFAULT_EXEMPT = r"w4_repack_|synth_fill_kernel"
-DEFAULT_ASYNC_PROLOGUE = r"mla_attn_mma_kernel"
+DEFAULT_ASYNC_PROLOGUE = r"mla_attn_mma_kernel|wg_gemm_kernel"
 
 # Global or generic memory instructions (shared memory and constant-bank loads are not).
 STORE_LIKE = re.compile(r"^(STG|ST|ATOMG|ATOM|RED|REDG|REDUX\.G|LDGSTS|UBLKCP|UTMALDG|UTMASTG)(\.|$)")
@@ -88,7 +88,8 @@ def check(name, ops, prologue, exempt, async_prologue):
         return False, "no griddepcontrol.wait (ACQBULK)"
     first = ops.index("ACQBULK")
     before = ops[:first]
-    copies = [o for o in before if o.startswith("LDGSTS")] if async_prologue.search(name) else []
+    copies = ([o for o in before if o.startswith(("LDGSTS", "UTMALDG"))]
+              if async_prologue.search(name) else [])
     bad = sorted({o for o in before if STORE_LIKE.match(o) and o not in copies})
     loads = [o for o in before if LOAD.match(o)]
     note = f"wait x{waits}, trigger x{triggers}"
@@ -111,7 +112,8 @@ def main():
     ap.add_argument("--prologue", default=DEFAULT_PROLOGUE,
                     help="kernels allowed to load (weights) before the wait, regex")
     ap.add_argument("--async-prologue", default=DEFAULT_ASYNC_PROLOGUE,
-                    help="kernels allowed to issue async copies (LDGSTS) before the wait, regex")
+                    help="kernels allowed to issue async copies (LDGSTS, UTMALDG) before the wait, "
+                         "regex")
     ap.add_argument("--exempt", default=DEFAULT_EXEMPT,
                     help="kernels allowed to have no PDL (load time), regex")
     args = ap.parse_args()
