@@ -122,8 +122,8 @@ static __device__ __forceinline__ void moe_route_block(const int32_t *idx, int A
     __syncthreads();
     // Above 16 rows (the GEMM's items of up to 16 slots, 32 with K25_MOE_PASS=32) a unit's time
     // grows with its item's slots (1 to 4 MMA n-tiles). Where the items hold long_slots slots or
-    // more on average, a step has only 1-2 units per resident block, and taken in expert order the
-    // blocks that draw the long units end last. The items are then placed in descending slot count
+    // more on average, taken in expert order the blocks that draw the long units last end last,
+    // and the next GEMM's blocks wait for them. The items are then placed in descending slot count
     // (a counting sort; the order inside a count follows the atomics, which only reorders
     // independent units), so that the longest run first and the short ones fill in behind them,
     // and the plans over-split (moe_plan's over).

@@ -61,7 +61,12 @@ __global__ void __launch_bounds__(1024) moe_route_kernel(const int32_t *__restri
 
 // The routing sort's knobs, read once (the fields of moe_sort_opts):
 //   K25_MOE_LONG_SLOTS: slots per item on average from which a step's items count as long
-//     (moe_route_block), 0 = never (bench/NOTES.md: the same at 4 and 8 from 32 to 256 rows);
+//     (moe_route_block), 0 = never. 1 (was 8): every step above 16 rows runs its items longest
+//     first. Under uniform routing (1.4-5.3 slots an item at 32-256 rows) 1.4% / 2.1% / 3.5% /
+//     2.4% / 3.4% faster a step at 32 / 64 / 96 / 128 / 256 rows than with 8; 2 gained the same
+//     from 96 rows and nothing below. At 256 rows gate+up's last blocks ended 45 us after its
+//     median block, 25 with the order, and the down GEMM waits for the last (phase stamps,
+//     bench/NOTES.md, thirty-fifth round);
 //   K25_MOE_PASS: the most slots per item above 16 rows (an expert holds at most T): 16, for the
 //     2-tile GEMM (see w4_ntt), or 32 (the 4-tile GEMM). Under uniform routing (~5 slots an item
 //     at 256 rows) the 2-tile GEMM's 4 blocks per SM beat the 4-tile one's 3 by 6-9% of the step
@@ -81,7 +86,7 @@ typedef struct moe_knobs {
 static const moe_knobs &moe_knobs_read(void) {
     static moe_knobs k = {-1, 0, 0};
     if (k.long_slots < 0) {
-        const int l = k25_env_int("K25_MOE_LONG_SLOTS", 8);
+        const int l = k25_env_int("K25_MOE_LONG_SLOTS", 1);
         k.pass = k25_env_int("K25_MOE_PASS", K25K_MOE_PASS_MIN) == K25K_MOE_PASS
                      ? K25K_MOE_PASS
                      : K25K_MOE_PASS_MIN;
