@@ -56,7 +56,7 @@ __device__ __forceinline__ void k25_stamp_units(int site, int units) {
 #define K25_STAMP_UNITS(site, units) ((void)0)
 #endif
 
-// A stamping file's reader: adds its stamps (where set) into t and units, host arrays of
+// A stamping file's reader: copies its stamps (where set) into t and units, host arrays of
 // [K25_PHASE_SITES][K25_PHASE_BLOCKS][K25_PHASE_N] and [K25_PHASE_SITES][K25_PHASE_BLOCKS], then
 // clears them on the device. The device must be idle.
 void k25k_phases_read_router(unsigned long long *t, int *units);

@@ -1,4 +1,5 @@
-// The phase stamps' storage and their reader (kernels/phase_stamps.cuh).
+// The phase stamps' file: every stamping file's stamps gathered and written as CSV
+// (kernels/phase_stamps.cuh).
 #include <stdio.h>
 #include <string.h>
 
@@ -25,6 +26,7 @@ int kernel_phases_write(const char *path, int rows, char *err) {
             if (t[s][b][0] && t[s][b][0] < t0) t0 = t[s][b][0];
     FILE *f = fopen(path, "a");
     if (!f) return k25_err(err, "--phases: cannot write %s", path);
+    fseek(f, 0, SEEK_END); // an empty file gets the header
     if (ftell(f) == 0) fprintf(f, "rows,site,block,units,t0,t1,t2,t3,t4,t5,t6,t7\n");
     for (int s = 0; s < K25_PHASE_SITES; s++)
         for (int b = 0; b < K25_PHASE_BLOCKS; b++) {
