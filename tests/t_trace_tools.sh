@@ -132,7 +132,8 @@ done
 [ -e "$tmp/t.csv" ] && { echo "FAIL: a refused run wrote the trace"; fail=1; }
 # --phases: only from a build with the stamps, and only with decode steps to read them after
 P=(./k25bench --config config/kimi_k25.ini --synthetic 1 --phases "$tmp/p.csv")
-for c in "NO_STAMPS|${P[*]} --backend cuda --profile-only|--phases: this binary was built without" \
+# (the stamps are checked before the backend: a CPU-only build refuses --backend cuda first)
+for c in "NO_STAMPS|${P[*]} --backend cpu --profile-only|--phases: this binary was built without" \
          "P_STEPS0|${P[*]} --profile-steps 0|--phases reads the breakdown's decode steps: not with --profile-steps 0"; do
     IFS='|' read -r name cmd want <<<"$c"
     err=$($cmd 2>&1); rc=$?
