@@ -120,25 +120,20 @@ check "phases" "$ph" \
     '| gate_up | counted -> unit end | 1 | 0.70 | 0.70 |' \
     '| gate_up | units a block: median 2, max 2; us a unit after the wait | 4 | 3.00 | 3.00 |'
 
-# k25bench: --trace only where there are GPU kernels to trace and decode steps to mark
+# k25bench: --trace only where there are GPU kernels to trace and decode steps to mark; --phases
+# only from a build with the stamps (checked before the backend: a CPU-only build refuses
+# --backend cuda first), and only with decode steps to read them after
 B=(./k25bench --config config/kimi_k25.ini --synthetic 1 --backend cpu --trace "$tmp/t.csv")
+P=(./k25bench --config config/kimi_k25.ini --synthetic 1 --backend cpu --phases "$tmp/p.csv")
 for c in "B_CPU|${B[*]} --profile-only|--trace records GPU kernels: needs --backend cuda" \
-         "STEPS0|${B[*]} --profile-steps 0|--trace records the breakdown's decode steps: not with --profile-steps 0"; do
-    IFS='|' read -r name cmd want <<<"$c"
-    err=$($cmd 2>&1); rc=$?
-    if [ $rc -ne 0 ] && grep -qF -- "$want" <<<"$err"; then echo "ok   $name: exit $rc: $want"
-    else echo "FAIL $name: exit $rc: $err"; fail=1; fi
-done
-[ -e "$tmp/t.csv" ] && { echo "FAIL: a refused run wrote the trace"; fail=1; }
-# --phases: only from a build with the stamps, and only with decode steps to read them after
-P=(./k25bench --config config/kimi_k25.ini --synthetic 1 --phases "$tmp/p.csv")
-# (the stamps are checked before the backend: a CPU-only build refuses --backend cuda first)
-for c in "NO_STAMPS|${P[*]} --backend cpu --profile-only|--phases: this binary was built without" \
+         "STEPS0|${B[*]} --profile-steps 0|--trace records the breakdown's decode steps: not with --profile-steps 0" \
+         "NO_STAMPS|${P[*]} --profile-only|--phases: this binary was built without" \
          "P_STEPS0|${P[*]} --profile-steps 0|--phases reads the breakdown's decode steps: not with --profile-steps 0"; do
     IFS='|' read -r name cmd want <<<"$c"
     err=$($cmd 2>&1); rc=$?
     if [ $rc -ne 0 ] && grep -qF -- "$want" <<<"$err"; then echo "ok   $name: exit $rc: $want"
     else echo "FAIL $name: exit $rc: $err"; fail=1; fi
 done
+[ -e "$tmp/t.csv" ] && { echo "FAIL: a refused run wrote the trace"; fail=1; }
 [ -e "$tmp/p.csv" ] && { echo "FAIL: a refused run wrote the phase stamps"; fail=1; }
 exit $fail
