@@ -98,7 +98,7 @@ struct moe_ws {
 static void ws_alloc(moe_ws &w, int T, int E, int I, int D, int num_sms) {
     int A = T * TOPK, ma = k25k_moe_max_items(T, TOPK, E);
     const size_t n_done = (size_t)ma * k25k_moe_row_blocks(2 * I);
-    size_t ints = (size_t)E * 3 + 2 + 2 * (size_t)A + 2 * (size_t)ma + 2 + 4 + n_done + 2;
+    size_t ints = (size_t)E * 3 + 2 + 2 * (size_t)A + 3 * (size_t)ma + 2 + 4 + n_done + 2;
     CUDA_CHECK(cudaMalloc(&w.ints, ints * sizeof(int)));
     CUDA_CHECK(cudaMemset(w.ints, 0, ints * sizeof(int)));
     int *p = w.ints;
@@ -114,6 +114,7 @@ static void ws_alloc(moe_ws &w, int T, int E, int I, int D, int num_sms) {
     w.r.plan = p, p += 4;
     w.r.tile_done = p, p += n_done; // zeroed with the rest
     w.r.unit_next = p, p += 2;
+    w.r.item_ready = p, p += ma;
     w.r.err = p;
     CUDA_CHECK(cudaMalloc(&w.part1, sizeof(float) * k25k_moe_part_floats(2 * I, D, A, num_sms)));
     CUDA_CHECK(cudaMalloc(&w.h, sizeof(float) * (size_t)A * I));

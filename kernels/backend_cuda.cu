@@ -573,7 +573,8 @@ static void ensure_workspaces(cuda_impl *c, const k25_config *cfg, int rows) {
         dev_free(c, c->ws_route);
         const int MI = k25k_moe_max_items(R, top_k, E);
         const size_t n_done = (size_t)MI * k25k_moe_row_blocks(2 * I);
-        size_t ints = (size_t)E + (E + 1) + E + 1 + A + A + 2 * (size_t)MI + 1 + 4 + n_done + 2;
+        size_t ints =
+            (size_t)E + (E + 1) + E + 1 + A + A + 2 * (size_t)MI + 1 + 4 + n_done + 2 + MI;
         c->ws_route = (int *)dev_alloc(c, sizeof(int) * ints, "routing");
         int *p = c->ws_route;
         c->route.counts = p, p += E;
@@ -588,6 +589,7 @@ static void ensure_workspaces(cuda_impl *c, const k25_config *cfg, int rows) {
         c->route.plan = p, p += 4;
         c->route.tile_done = p, p += n_done;
         c->route.unit_next = p, p += 2;
+        c->route.item_ready = p, p += MI;
         CUDA_CHECK(cudaMemsetAsync(c->route.tile_done, 0, sizeof(int) * (n_done + 2), c->stream));
         c->route.err = c->d_err + 3;
         // split plans depend on the routing (chosen on the device): the worst over T <= R

@@ -74,6 +74,22 @@ __device__ __forceinline__ void k25_pdl_trigger(void) {
 
 int k25_pdl_enabled(void);
 
+// *p += v at GPU scope, releasing this thread's earlier stores (and those a block barrier
+// ordered before it) to whoever acquires the count. Release only: an acquire-release fence
+// before an atomic would also invalidate this SM's L1, which its blocks read activations from.
+__device__ __forceinline__ void k25_red_release_add(int *p, int v) {
+    asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+// A count that other blocks of running grids increment after releasing their stores: a load
+// at GPU scope with acquire semantics (the count from L2, and this SM's L1 invalidated, so that
+// the loads after it see those stores), for polling.
+__device__ __forceinline__ int k25_ld_acquire(const int *p) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
 // kernel<<<grid, block, smem, s>>>(args...) with the PDL attribute, and a cluster of
 // `cluster` blocks along x when cluster > 1. Checks the launch like K25_LAUNCH_CHECK.
 template <typename... KArgs, typename... Args>

@@ -130,6 +130,10 @@ typedef struct k25k_moe_route {
     // unit tickets of the gate+up [0] and down [1] GEMMs; zero before the first call (each
     // launch returns its counter to 0)
     int *unit_next; // [2]
+    // finished gate+up row-blocks of each item (their SiLU*up written to h), which the down
+    // GEMM's units wait for instead of gate+up's end; the routing sort zeroes the step's items.
+    // NULL: the down GEMM waits for the whole of gate+up (K25_MOE_FLOW=0)
+    int *item_ready; // [k25k_moe_max_items]
 } k25k_moe_route;
 #define K25K_MOE_PASS 32
 // Items above 16 rows (unless K25_MOE_PASS=32): the grouped GEMM's 2-tile instantiation (128

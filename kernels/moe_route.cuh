@@ -179,6 +179,7 @@ static __device__ __forceinline__ void moe_route_block(const int32_t *idx, int A
                 const int at = by_length ? atomicAdd(&next_of_len[n], 1) : it;
                 r.item_expert[at] = e;
                 r.item_p0[at] = (p0 << W4_ITEM_BITS) | n;
+                if (r.item_ready) r.item_ready[at] = 0;
             }
         }
         __syncthreads();

@@ -80,12 +80,19 @@ __global__ void __launch_bounds__(1024) moe_route_kernel(const int32_t *__restri
 //     within 1% from 8 to 256 rows. Over factor and split floor (K25K_MOE_OVER, _OVER_KB): 6 or
 //     a floor of 112 k-blocks gained 2% at 32 rows and lost 2-3% at 64-256 (uniform) or 6% at 64
 //     (synthetic router).
+//   K25_MOE_FLOW_ROWS: the fewest rows of a step whose down GEMM takes each item as its gate+up
+//     rows finish (the kernel's FLOW) instead of waiting for gate+up's end; 0 = never. 5: under
+//     uniform routing 5 / 6 / 8 / 12 / 16 rows 4.5 / 6.1 / 5.0 / 4.9 / 3.2% faster a step, 24-192
+//     rows 3.1-4.5%, 256 rows 2.1%; 3 and 4 rows 0.5% and 1.3% slower (the steps whose routing
+//     launch triggers gate+up early), 2 rows within the spread (bench/NOTES.md, thirty-sixth
+//     round). One row has its own early down GEMM.
 typedef struct moe_knobs {
-    int long_slots, pass, over_rows;
+    int long_slots, pass, over_rows, flow_rows;
 } moe_knobs;
 static const moe_knobs &moe_knobs_read(void) {
-    static moe_knobs k = {-1, 0, 0};
+    static moe_knobs k = {-1, 0, 0, 0};
     if (k.long_slots < 0) {
+        k.flow_rows = k25_env_int("K25_MOE_FLOW_ROWS", 5);
         const int l = k25_env_int("K25_MOE_LONG_SLOTS", 1);
         k.pass = k25_env_int("K25_MOE_PASS", K25K_MOE_PASS_MIN) == K25K_MOE_PASS
                      ? K25K_MOE_PASS
@@ -422,20 +429,33 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
     // gate+up triggers it only then), which followed the routing, so its first unit's weights
     // stream before its own wait, in blocks that find room beside gate+up's (one row runs
     // gate+up at W4_ONE_GATE_UP_PER_SM blocks an SM, k25k_moe_sort_opts). Elsewhere gate+up's
-    // blocks fill the SMs, and the down GEMM's could not start before they leave.
-    const bool early = ONE && !gate_up;
-    if (!(ONE && gate_up)) k25_pdl_trigger();
+    // blocks fill the SMs, and the down GEMM's start as they leave (FLOW, below).
+    // FLOW (r.item_ready set: steps of K25_MOE_FLOW_ROWS rows or more): the down GEMM does not
+    // wait for gate+up's end either. A unit streams its weights, then waits for its item's
+    // gate+up row-blocks (counted in r.item_ready as their SiLU*up is written), so the blocks
+    // that start as gate+up's leave take the items already done, where all of them waited for
+    // gate+up's last block. gate+up then triggers the down GEMM after its own wait, so the
+    // routing sort has ended before any down block reads its items (coherent loads: this launch
+    // has not waited for anything). The launch still waits for gate+up before it ends.
+    const bool flow = !ONE && r.item_ready != nullptr;
+    const bool early = (ONE || flow) && !gate_up, late_trigger = (ONE || flow) && gate_up;
+    if (!late_trigger) k25_pdl_trigger();
     if (!early) k25_pdl_wait();
     if (!early) K25_STAMP(site, 1);
-    if (ONE && gate_up) k25_pdl_trigger();
+    if (late_trigger) k25_pdl_trigger();
     bool waited = !early;
     // kb_per_split = ceil(KB / n_splits) (moe_plan), computed: a second plan load was issued
     // after the early exit and waited for before the item loads (one more dependent load)
-    const int n_splits = ONE ? one_splits : r.plan[pl];
+    const int n_splits = ONE ? one_splits : early ? __ldcg(r.plan + pl) : r.plan[pl];
     const int NT = N / 32, KB = K / 32;
     const int kb_per_split = (KB + n_splits - 1) / n_splits;
     const int rbs = (NT + W4_NW - 1) / W4_NW;
-    const int items = ONE ? A : *r.n_items;
+    const int items = ONE ? A : early ? __ldcg(r.n_items) : *r.n_items;
+    // FLOW: gate+up's row-blocks an item has (K = I here), and the last item this thread saw
+    // complete
+    const bool flow_down = flow && !gate_up;
+    const int need = (2 * K / 32 + W4_NW - 1) / W4_NW;
+    int ready_item = -1;
     // Row-blocks per unit (RG). Where a tile is one chunk (the down GEMM at TP8: K = 256) and
     // units are plentiful, a unit takes RG consecutive row-blocks of its item: its activations
     // are staged once for all of them and the ring streams their chunks back to back, where every
@@ -478,12 +498,15 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
     // the item's slots come with it (not from counts/offsets of its expert, one more dependent
     // load before the first weight load); one row's expert from L2 (the down GEMM reads it
     // before its wait)
-    const int e = ONE ? __ldcg(r.item_expert + item) : r.item_expert[item];
-    const int enc = ONE ? 1 : r.item_p0[item];
+    const int e = early ? __ldcg(r.item_expert + item) : r.item_expert[item];
+    const int enc = ONE ? 1 : early ? __ldcg(r.item_p0 + item) : r.item_p0[item];
     if (ONE && e < 0) { // an item no id made (block-uniform; next_unit is read after a barrier)
         __syncthreads();
         continue;
     }
+    // FLOW: the item's count, requested with its expert and waited for after the weights' copies
+    // (every thread: each one's acquire orders its own loads of h)
+    int ready = flow_down && item != ready_item ? k25_ld_acquire(r.item_ready + item) : need;
     if (it == 0) K25_STAMP_AFTER(site, 2, e);
     const int slot0 = ONE ? item : enc >> W4_ITEM_BITS;
     const int mp = min(NTT * 8, enc & ((1 << W4_ITEM_BITS) - 1));
@@ -518,7 +541,14 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
         for (int i = 0; i < S && i < RG; i++)
             if (nt + i * W4_NW < NT) issue(i, kb0);
     }
-    if (!waited) { // the activations are the previous kernel's
+    if (flow_down) { // the item's h complete: its gate+up row-blocks counted
+        while (ready < need) {
+            __nanosleep(128);
+            ready = k25_ld_acquire(r.item_ready + item);
+        }
+        ready_item = item;
+        if (it == 0) K25_STAMP(site, 1);
+    } else if (!waited) { // the activations are the previous kernel's
         k25_pdl_wait();
         waited = true;
         K25_STAMP(site, 1);
@@ -746,10 +776,16 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
             __syncthreads(); // this block's partials are visible to all its threads
         }
         gate_up_tail<W4_TAIL_AHEAD(NTT)>(part, h, (size_t)slot0, mp, rb, I, A, n_splits);
+        if (flow) { // every thread's h of the row-block, then the count that releases it
+            __syncthreads();
+            if (threadIdx.x == 0) k25_red_release_add(r.item_ready + item, 1);
+        }
     }
     if (it == 0) K25_STAMP(site, 6);
     } // units
-    if (!waited) k25_pdl_wait(); // no item had an expert: the launch still ends after gate+up's
+    // FLOW's down GEMM, or one row's whose items had no expert: the launch still ends after
+    // gate+up's
+    if (!waited) k25_pdl_wait();
     K25_STAMP(site, 7);
     K25_STAMP_UNITS(site, it);
 }
@@ -821,7 +857,8 @@ template <int NTT, bool ONE = false>
 static void w4_launch(const uint4 *w4, const uint2 *s2, size_t w_stride, size_t s_stride, int N,
                       int K, int gate_up, const float *X, int x_ld, const int *row_index,
                       const k25k_moe_route *r, int A, int max_units, int num_sms,
-                      float *part, float *h, int one_splits, bool row_groups, cudaStream_t s) {
+                      float *part, float *h, int one_splits, bool row_groups, bool flow,
+                      cudaStream_t s) {
     constexpr bool RGS = !ONE; // the grouping instantiation; one-row launches have none
     const bool grouped = RGS && row_groups, split = k25k_split_activations();
     const int per_sm = grouped ? w4_blocks_per_sm<NTT, ONE, RGS>() : w4_blocks_per_sm<NTT, ONE>();
@@ -832,8 +869,10 @@ static void w4_launch(const uint4 *w4, const uint2 *s2, size_t w_stride, size_t 
                                     : w4a16_grouped_kernel<NTT, false, ONE, RGS>)
                            : (split ? w4a16_grouped_kernel<NTT, true, ONE, false>
                                     : w4a16_grouped_kernel<NTT, false, ONE, false>);
+    k25k_moe_route rf = *r; // FLOW: both GEMMs of the step, or neither
+    if (!flow) rf.item_ready = NULL;
     k25_launch("w4a16_grouped", kernel, (unsigned)grid, W4_NW * 32, W4_RING_BYTES, s, w4, s2,
-               w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, *r, gate_up ? 0 : 2, part,
+               w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, rf, gate_up ? 0 : 2, part,
                A, gate_up ? h : NULL, one_splits);
 }
 
@@ -860,22 +899,24 @@ void k25k_moe_w4a16_gemm(const uint32_t *Wt, const uint16_t *St, int E, int N, i
     // launch, which short steps do not win back (bench/NOTES.md: 16 rows 3% slower, 64 even, 256
     // rows 3% faster).
     const bool row_groups = !gate_up && K <= W4_KCB * 32 && T >= W4_ROW_GROUP_ROWS;
+    const int flow_rows = moe_knobs_read().flow_rows;
+    const bool flow = flow_rows > 0 && T >= flow_rows;
     if (T == 1 && top_k <= K25K_MOE_ONE_MAX_K) {
         // the plan the routing sort writes (k25k_moe_sort_opts)
         const moe_sort_opts o = k25k_moe_sort_opts(T, top_k, gate_up ? N / 2 : K,
                                                    gate_up ? K : N, num_sms);
         const int ns = o.one_plan[gate_up ? 0 : 2];
         w4_launch<1, true>(w4, s2, w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, r, A,
-                           (int)(rbs * A * ns), num_sms, part, h, ns, false, s);
+                           (int)(rbs * A * ns), num_sms, part, h, ns, false, false, s);
     } else if (ntt == 1)
         w4_launch<1>(w4, s2, w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, r, A,
-                     max_units, num_sms, part, h, 0, row_groups, s);
+                     max_units, num_sms, part, h, 0, row_groups, flow, s);
     else if (ntt == 2)
         w4_launch<2>(w4, s2, w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, r, A,
-                     max_units, num_sms, part, h, 0, row_groups, s);
+                     max_units, num_sms, part, h, 0, row_groups, flow, s);
     else
         w4_launch<4>(w4, s2, w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, r, A,
-                     max_units, num_sms, part, h, 0, row_groups, s);
+                     max_units, num_sms, part, h, 0, row_groups, flow, s);
 }
 
 // ------------------------------------------------------------------------------------------

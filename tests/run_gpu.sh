@@ -101,6 +101,14 @@ if [ -x "$OPS" ]; then
     check ops_kimi_tp8_moe_over_rows_never 300 env K25_MOE_OVER_ROWS=100000 "$OPS" \
         --config config/kimi_k25.ini --tp 8 --rank 3 --set model.num_hidden_layers=2 \
         --rows 12,17,67 --ctx 600 --only moe
+    # the down GEMM waiting for the whole of gate+up, not for each item's rows (K25_MOE_FLOW_ROWS
+    # 0), and taking items as they finish from 2 rows (the default starts at 5)
+    check ops_kimi_tp8_moe_flow_never 300 env K25_MOE_FLOW_ROWS=0 "$OPS" \
+        --config config/kimi_k25.ini --tp 8 --rank 3 --set model.num_hidden_layers=2 \
+        --rows 5,16,67 --ctx 600 --only moe
+    check ops_kimi_tp8_moe_flow_from2 300 env K25_MOE_FLOW_ROWS=2 "$OPS" \
+        --config config/kimi_k25.ini --tp 8 --rank 3 --set model.num_hidden_layers=2 \
+        --rows 2,3 --ctx 600 --only moe
     # the grouped W4A16 GEMM is compiled apart for bf16 activations (no hi/lo split)
     check ops_kimi_tp8_moe_bf16act 300 env K25_BF16_ACTIVATIONS=1 "$OPS" --config config/kimi_k25.ini \
         --tp 8 --rank 3 --set model.num_hidden_layers=2 --rows 1,5,16,67 --ctx 600 --only moe
