@@ -164,7 +164,9 @@ size_t k25k_moe_part_floats(int N, int K, int A, int num_sms);
 // part[n_splits][A][N] = per-slot partial products (tiled INT4 weights of all E experts), the
 // plan from r->plan (gate_up: [0], [1]; down: [2], [3]); a persistent grid over num_sms SMs.
 // gate_up with h != NULL also writes h[A][I] = silu(gate) * up summed over the splits (the
-// last split of each tile reduces, r->tile_done), replacing k25k_moe_gate_up_reduce.
+// last split of each tile reduces, r->tile_done), replacing k25k_moe_gate_up_reduce. From
+// K25_MOE_FLOW_ROWS rows the down GEMM reads h as that fused reduction counts it done
+// (r->item_ready): its call must follow gate_up's with h on the same stream, nothing between.
 void k25k_moe_w4a16_gemm(const uint32_t *Wt, const uint16_t *St, int E, int N, int K,
                          int gate_up, const float *X, int x_ld, const int *row_index,
                          const k25k_moe_route *r, int T, int top_k, int num_sms, float *part,

@@ -496,8 +496,8 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
     const int rg = (int)w4_div(rem, n_splits, splits_m), ks = rem - rg * n_splits;
     const int rb = rg * RG;
     // the item's slots come with it (not from counts/offsets of its expert, one more dependent
-    // load before the first weight load); one row's expert from L2 (the down GEMM reads it
-    // before its wait)
+    // load before the first weight load); from L2 where the down GEMM reads them before its
+    // wait (one row's, FLOW's)
     const int e = early ? __ldcg(r.item_expert + item) : r.item_expert[item];
     const int enc = ONE ? 1 : early ? __ldcg(r.item_p0 + item) : r.item_p0[item];
     if (ONE && e < 0) { // an item no id made (block-uniform; next_unit is read after a barrier)
