@@ -85,7 +85,8 @@ __global__ void __launch_bounds__(1024) moe_route_kernel(const int32_t *__restri
 //     uniform routing 5 / 6 / 8 / 12 / 16 rows 4.5 / 6.1 / 5.0 / 4.9 / 3.2% faster a step, 24-192
 //     rows 3.1-4.5%, 256 rows 2.1%; 3 and 4 rows 0.5% and 1.3% slower (the steps whose routing
 //     launch triggers gate+up early), 2 rows within the spread (bench/NOTES.md, thirty-sixth
-//     round). One row has its own early down GEMM.
+//     round). One row has its own early down GEMM. Where it is off, FLOW's code still costs the
+//     one-tile kernel spills: 2 and 4 rows 2.6-2.8% slower than before it.
 typedef struct moe_knobs {
     int long_slots, pass, over_rows, flow_rows;
 } moe_knobs;
