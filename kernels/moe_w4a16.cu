@@ -445,13 +445,15 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
     if (!early) K25_STAMP(site, 1);
     if (late_trigger) k25_pdl_trigger();
     bool waited = !early;
+    // the routing's outputs: from L2 where this launch reads them before any wait
+    auto routed = [&](const int *p) { return early ? __ldcg(p) : *p; };
     // kb_per_split = ceil(KB / n_splits) (moe_plan), computed: a second plan load was issued
     // after the early exit and waited for before the item loads (one more dependent load)
-    const int n_splits = ONE ? one_splits : early ? __ldcg(r.plan + pl) : r.plan[pl];
+    const int n_splits = ONE ? one_splits : routed(r.plan + pl);
     const int NT = N / 32, KB = K / 32;
     const int kb_per_split = (KB + n_splits - 1) / n_splits;
     const int rbs = (NT + W4_NW - 1) / W4_NW;
-    const int items = ONE ? A : early ? __ldcg(r.n_items) : *r.n_items;
+    const int items = ONE ? A : routed(r.n_items);
     // FLOW: gate+up's row-blocks an item has (K = I here), and the last item this thread saw
     // complete
     const bool flow_down = flow && !gate_up;
@@ -497,10 +499,9 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
     const int rg = (int)w4_div(rem, n_splits, splits_m), ks = rem - rg * n_splits;
     const int rb = rg * RG;
     // the item's slots come with it (not from counts/offsets of its expert, one more dependent
-    // load before the first weight load); from L2 where the down GEMM reads them before its
-    // wait (one row's, FLOW's)
-    const int e = early ? __ldcg(r.item_expert + item) : r.item_expert[item];
-    const int enc = ONE ? 1 : early ? __ldcg(r.item_p0 + item) : r.item_p0[item];
+    // load before the first weight load)
+    const int e = routed(r.item_expert + item);
+    const int enc = ONE ? 1 : routed(r.item_p0 + item);
     if (ONE && e < 0) { // an item no id made (block-uniform; next_unit is read after a barrier)
         __syncthreads();
         continue;
