@@ -85,8 +85,8 @@ __global__ void __launch_bounds__(1024) moe_route_kernel(const int32_t *__restri
 //     uniform routing 5 / 6 / 8 / 12 / 16 rows 4.5 / 6.1 / 5.0 / 4.9 / 3.2% faster a step, 24-192
 //     rows 3.1-4.5%, 256 rows 2.1%; 3 and 4 rows 0.5% and 1.3% slower (the steps whose routing
 //     launch triggers gate+up early), 2 rows within the spread (bench/NOTES.md, thirty-sixth
-//     round). One row has its own early down GEMM. Where it is off, FLOW's code still costs the
-//     one-tile kernel spills: 2 and 4 rows 2.6-2.8% slower than before it.
+//     round). One row has its own early down GEMM. Steps below the rule run the kernels' own
+//     instantiation without FLOW (the kernel's FLOW says why).
 typedef struct moe_knobs {
     int long_slots, pass, over_rows, flow_rows;
 } moe_knobs;
@@ -396,8 +396,13 @@ __device__ __forceinline__ void gate_up_tail(const float *__restrict__ part,
 // first load the plan, then the item, then the slot's token, then its activations, each load
 // waiting for the one before it (four L2 round trips ahead of the staging at batch 1;
 // bench/NOTES.md).
+// FLOW: the instantiation for steps whose down GEMM takes each item as gate+up finishes it (see
+// the wait below; both GEMMs of such a step). Its own instantiation: as a run-time flag its
+// values stayed live through the unit loop of every step, and the one-tile kernel spilled 40
+// bytes of stack where it had spilled 8 (2-4 rows, which never flow, 2.6-2.8% slower a step).
+// Without it the kernels compile to their machine code from before FLOW (scripts/sass_same.py).
 // Shared memory: the staging tiles plus the warps' rings (W4_RING_BYTES, dynamic).
-template <int NTT, bool SPLIT, bool ONE, bool RGS>
+template <int NTT, bool SPLIT, bool ONE, bool RGS, bool FLOW>
 __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_kernel(
     const uint4 *__restrict__ Wt, const uint2 *__restrict__ St, size_t w_stride, size_t s_stride,
     int N, int K, int gate_up, const float *__restrict__ X, int x_ld,
@@ -405,6 +410,7 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
     float *__restrict__ h, int one_splits) {
     static_assert(!ONE || NTT == 1, "one row: items of one slot");
     static_assert(!ONE || !RGS, "one row: a row-block a unit");
+    static_assert(!ONE || !FLOW, "one row: its own early down GEMM");
     constexpr int KCB = W4_KCB, XS = W4_XS, S = W4_STAGES;
     extern __shared__ __align__(128) uint8_t w4_ring[]; // [W4_NW][S][W4_STAGE_BYTES]
     __shared__ __align__(16) uint32_t xs[NTT * 8 * XS];
@@ -431,14 +437,14 @@ __global__ void __launch_bounds__(W4_NW * 32, NTT <= 2 ? 4 : 3) w4a16_grouped_ke
     // stream before its own wait, in blocks that find room beside gate+up's (one row runs
     // gate+up at W4_ONE_GATE_UP_PER_SM blocks an SM, k25k_moe_sort_opts). Elsewhere gate+up's
     // blocks fill the SMs, and the down GEMM's start as they leave (FLOW, below).
-    // FLOW (r.item_ready set: steps of K25_MOE_FLOW_ROWS rows or more): the down GEMM does not
+    // FLOW (with r.item_ready set: steps of K25_MOE_FLOW_ROWS rows or more): the down GEMM does not
     // wait for gate+up's end either. A unit streams its weights, then waits for its item's
     // gate+up row-blocks (counted in r.item_ready as their SiLU*up is written), so the blocks
     // that start as gate+up's leave take the items already done, where all of them waited for
     // gate+up's last block. gate+up then triggers the down GEMM after its own wait, so the
     // routing sort has ended before any down block reads its items (coherent loads: this launch
     // has not waited for anything). The launch still waits for gate+up before it ends.
-    const bool flow = !ONE && r.item_ready != nullptr;
+    const bool flow = FLOW && r.item_ready != nullptr;
     const bool early = (ONE || flow) && !gate_up, late_trigger = (ONE || flow) && gate_up;
     if (!late_trigger) k25_pdl_trigger();
     if (!early) k25_pdl_wait();
@@ -812,22 +818,24 @@ int k25k_moe_max_items(int T, int top_k, int E) {
 // batch-1 decode lost 0.13 ms a token (61 layers), the same kernels with programmatic
 // dependent launch off did not (bench/NOTES.md): the SMs' L1 / shared-memory split then
 // differs from the kernels around it, and an SM is reconfigured only once it is empty.
-template <int NTT, bool SPLIT, bool ONE, bool RGS> static int w4_blocks_per_sm(void) {
+template <int NTT, bool SPLIT, bool ONE, bool RGS, bool FLOW> static int w4_blocks_per_sm(void) {
     static int v = 0;
     if (!v) {
         int b = 0;
-        CUDA_CHECK(cudaFuncSetAttribute(w4a16_grouped_kernel<NTT, SPLIT, ONE, RGS>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, W4_RING_BYTES));
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &b, w4a16_grouped_kernel<NTT, SPLIT, ONE, RGS>, W4_NW * 32, W4_RING_BYTES));
+        auto *kernel = w4a16_grouped_kernel<NTT, SPLIT, ONE, RGS, FLOW>;
+        CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        W4_RING_BYTES));
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, W4_NW * 32,
+                                                                 W4_RING_BYTES));
         v = b > 0 ? b : 1;
     }
     return v;
 }
 
-template <int NTT, bool ONE = false, bool RGS = false> static int w4_blocks_per_sm(void) {
-    return k25k_split_activations() ? w4_blocks_per_sm<NTT, true, ONE, RGS>()
-                                    : w4_blocks_per_sm<NTT, false, ONE, RGS>();
+template <int NTT, bool ONE = false, bool RGS = false, bool FLOW = false>
+static int w4_blocks_per_sm(void) {
+    return k25k_split_activations() ? w4_blocks_per_sm<NTT, true, ONE, RGS, FLOW>()
+                                    : w4_blocks_per_sm<NTT, false, ONE, RGS, FLOW>();
 }
 
 // Blocks of the grouped GEMM resident at once for steps of T rows (the persistent grid), of the
@@ -855,27 +863,38 @@ size_t k25k_moe_part_floats(int N, int K, int A, int num_sms) {
 }
 
 // one_splits: the one-row plan's split count (ONE), else 0 (the plan is the device's)
-template <int NTT, bool ONE = false>
-static void w4_launch(const uint4 *w4, const uint2 *s2, size_t w_stride, size_t s_stride, int N,
-                      int K, int gate_up, const float *X, int x_ld, const int *row_index,
-                      const k25k_moe_route *r, int A, int max_units, int num_sms,
-                      float *part, float *h, int one_splits, bool row_groups, bool flow,
-                      cudaStream_t s) {
-    constexpr bool RGS = !ONE; // the grouping instantiation; one-row launches have none
-    const bool grouped = RGS && row_groups, split = k25k_split_activations();
-    const int per_sm = grouped ? w4_blocks_per_sm<NTT, ONE, RGS>() : w4_blocks_per_sm<NTT, ONE>();
-    int64_t grid = (int64_t)per_sm * (num_sms > 0 ? num_sms : 1);
+template <int NTT, bool ONE, bool RGS, bool FLOW>
+static void w4_launch_as(const uint4 *w4, const uint2 *s2, size_t w_stride, size_t s_stride,
+                         int N, int K, int gate_up, const float *X, int x_ld,
+                         const int *row_index, const k25k_moe_route *r, int A, int max_units,
+                         int num_sms, float *part, float *h, int one_splits, cudaStream_t s) {
+    int64_t grid = (int64_t)w4_blocks_per_sm<NTT, ONE, RGS, FLOW>() * (num_sms > 0 ? num_sms : 1);
     if (grid > max_units) grid = max_units;
     if (grid < 1) grid = 1;
-    auto *kernel = grouped ? (split ? w4a16_grouped_kernel<NTT, true, ONE, RGS>
-                                    : w4a16_grouped_kernel<NTT, false, ONE, RGS>)
-                           : (split ? w4a16_grouped_kernel<NTT, true, ONE, false>
-                                    : w4a16_grouped_kernel<NTT, false, ONE, false>);
+    auto *kernel = k25k_split_activations() ? w4a16_grouped_kernel<NTT, true, ONE, RGS, FLOW>
+                                            : w4a16_grouped_kernel<NTT, false, ONE, RGS, FLOW>;
     k25k_moe_route rf = *r; // FLOW: both GEMMs of the step, or neither
-    if (!flow) rf.item_ready = NULL;
+    if (!FLOW) rf.item_ready = NULL;
     k25_launch("w4a16_grouped", kernel, (unsigned)grid, W4_NW * 32, W4_RING_BYTES, s, w4, s2,
                w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, rf, gate_up ? 0 : 2, part,
                A, gate_up ? h : NULL, one_splits);
+}
+
+// The instantiation of a step of NTT-tile items: with row groups (RGS) or FLOW or both
+template <int NTT>
+static void w4_launch(const uint4 *w4, const uint2 *s2, size_t w_stride, size_t s_stride, int N,
+                      int K, int gate_up, const float *X, int x_ld, const int *row_index,
+                      const k25k_moe_route *r, int A, int max_units, int num_sms,
+                      float *part, float *h, bool row_groups, bool flow, cudaStream_t s) {
+    auto as = [&](auto rgs, auto fl) {
+        w4_launch_as<NTT, false, decltype(rgs)::value, decltype(fl)::value>(
+            w4, s2, w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, r, A, max_units,
+            num_sms, part, h, 0, s);
+    };
+    using yes = std::true_type;
+    using no = std::false_type;
+    if (row_groups) flow ? as(yes(), yes()) : as(yes(), no());
+    else flow ? as(no(), yes()) : as(no(), no());
 }
 
 void k25k_moe_w4a16_gemm(const uint32_t *Wt, const uint16_t *St, int E, int N, int K,
@@ -908,17 +927,18 @@ void k25k_moe_w4a16_gemm(const uint32_t *Wt, const uint16_t *St, int E, int N, i
         const moe_sort_opts o = k25k_moe_sort_opts(T, top_k, gate_up ? N / 2 : K,
                                                    gate_up ? K : N, num_sms);
         const int ns = o.one_plan[gate_up ? 0 : 2];
-        w4_launch<1, true>(w4, s2, w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, r, A,
-                           (int)(rbs * A * ns), num_sms, part, h, ns, false, false, s);
+        w4_launch_as<1, true, false, false>(w4, s2, w_stride, s_stride, N, K, gate_up, X, x_ld,
+                                            row_index, r, A, (int)(rbs * A * ns), num_sms, part,
+                                            h, ns, s);
     } else if (ntt == 1)
         w4_launch<1>(w4, s2, w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, r, A,
-                     max_units, num_sms, part, h, 0, row_groups, flow, s);
+                     max_units, num_sms, part, h, row_groups, flow, s);
     else if (ntt == 2)
         w4_launch<2>(w4, s2, w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, r, A,
-                     max_units, num_sms, part, h, 0, row_groups, flow, s);
+                     max_units, num_sms, part, h, row_groups, flow, s);
     else
         w4_launch<4>(w4, s2, w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, r, A,
-                     max_units, num_sms, part, h, 0, row_groups, flow, s);
+                     max_units, num_sms, part, h, row_groups, flow, s);
 }
 
 // ------------------------------------------------------------------------------------------

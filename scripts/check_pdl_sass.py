@@ -50,7 +50,8 @@ def find_cuobjdump(given):
     for c in cands:
         if c and os.path.isfile(c) and os.access(c, os.X_OK):
             return c
-    sys.exit("check_pdl_sass: cuobjdump not found (--cuobjdump, $CUOBJDUMP or $CUDA_HOME/bin)")
+    sys.exit(f"{os.path.basename(sys.argv[0])}: cuobjdump not found (--cuobjdump, $CUOBJDUMP or "
+             "$CUDA_HOME/bin)")
 
 
 def demangle(names):
@@ -61,11 +62,13 @@ def demangle(names):
     return {n: (lines[i] if i < len(lines) and lines[i] else n) for i, n in enumerate(names)}
 
 
-def kernels_of(cuobjdump, obj):
-    """{mangled name: [opcode, ...] in listing order} of every function in obj."""
+def kernels_of(cuobjdump, obj, instr=INSTR):
+    """{mangled name: [instr's first group of each instruction line] in listing order} of every
+    function in obj (the opcode by default)."""
     res = subprocess.run([cuobjdump, "-sass", obj], capture_output=True, text=True)
     if res.returncode != 0:
-        sys.exit(f"check_pdl_sass: {cuobjdump} -sass {obj} failed: {res.stderr.strip()}")
+        sys.exit(f"{os.path.basename(sys.argv[0])}: {cuobjdump} -sass {obj} failed: "
+                 f"{res.stderr.strip()}")
     funcs = {}
     cur = None
     for line in res.stdout.split("\n"):
@@ -73,7 +76,7 @@ def kernels_of(cuobjdump, obj):
         if m:
             cur = funcs.setdefault(m.group(1), [])
             continue
-        m = INSTR.search(line)
+        m = instr.search(line)
         if m and cur is not None:
             cur.append(m.group(1))
     return funcs
