@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Finds, for each kernel of a CUDA object, a kernel with the same machine code in reference objects.
+"""Finds, for each kernel of a CUDA object, a kernel with the same machine code in other objects.
 
 A change that leaves a kernel's SASS as it was, or makes it the SASS of a kernel some earlier
 build had, runs as that kernel ran: its time is the one measured for it. This prints one line per
