@@ -50,15 +50,8 @@ def main():
     missing = 0
     for name in sorted(new, key=lambda n: names[n]):
         code = new[name]
-        match = None
-        for ref, kernels in refs:
-            if kernels.get(name) == code:
-                match = (ref, name)
-                break
-        for ref, kernels in refs if match is None else ():
-            match = next(((ref, n) for n, c in kernels.items() if c == code), None)
-            if match:
-                break
+        match = (next(((ref, name) for ref, k in refs if k.get(name) == code), None) or
+                 next(((ref, n) for ref, k in refs for n, c in k.items() if c == code), None))
         if match:
             ref, rname = match
             other = "" if rname == name else f" as {names[rname]}"
