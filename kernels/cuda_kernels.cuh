@@ -132,8 +132,8 @@ typedef struct k25k_moe_route {
     int *unit_next; // [2]
     // finished gate+up row-blocks of each item (their SiLU*up written to h), which the down
     // GEMM's units wait for instead of gate+up's end; the routing sort zeroes the step's items.
-    // NULL in the GEMMs' arguments below K25_MOE_FLOW_ROWS rows: the down GEMM waits for the
-    // whole of gate+up
+    // Read only by the GEMMs' FLOW instantiation (steps of K25_MOE_FLOW_ROWS rows or more);
+    // NULL: the down GEMM waits for the whole of gate+up there too
     int *item_ready; // [k25k_moe_max_items]
 } k25k_moe_route;
 #define K25K_MOE_PASS 32

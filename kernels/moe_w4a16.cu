@@ -873,14 +873,13 @@ static void w4_launch_as(const uint4 *w4, const uint2 *s2, size_t w_stride, size
     if (grid < 1) grid = 1;
     auto *kernel = k25k_split_activations() ? w4a16_grouped_kernel<NTT, true, ONE, RGS, FLOW>
                                             : w4a16_grouped_kernel<NTT, false, ONE, RGS, FLOW>;
-    k25k_moe_route rf = *r; // FLOW: both GEMMs of the step, or neither
-    if (!FLOW) rf.item_ready = NULL;
     k25_launch("w4a16_grouped", kernel, (unsigned)grid, W4_NW * 32, W4_RING_BYTES, s, w4, s2,
-               w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, rf, gate_up ? 0 : 2, part,
+               w_stride, s_stride, N, K, gate_up, X, x_ld, row_index, *r, gate_up ? 0 : 2, part,
                A, gate_up ? h : NULL, one_splits);
 }
 
-// The instantiation of a step of NTT-tile items: with row groups (RGS) or FLOW or both
+// The instantiation of a step of NTT-tile items: with row groups (RGS) or FLOW (both GEMMs of
+// the step, or neither) or both
 template <int NTT>
 static void w4_launch(const uint4 *w4, const uint2 *s2, size_t w_stride, size_t s_stride, int N,
                       int K, int gate_up, const float *X, int x_ld, const int *row_index,
