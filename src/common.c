@@ -4,8 +4,10 @@
 #include <errno.h>
 #include <mpi.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 int k25_log_rank = -1;
 int k25_verbose = 0;
@@ -120,4 +122,54 @@ double k25_now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
+// A Slurm job sets its limit on the job or step, not on the task's own leaf cgroup, hence the walk
+// up the tree.
+size_t k25_cgroup_limit(const char *root, const char *path, const char *file) {
+    size_t lim = SIZE_MAX;
+    char dir[1024], name[1200];
+    snprintf(dir, sizeof dir, "%s%s", root, path);
+    for (;;) {
+        snprintf(name, sizeof name, "%s/%s", dir, file);
+        FILE *f = fopen(name, "r");
+        unsigned long long v;
+        if (f) {
+            if (fscanf(f, "%llu", &v) == 1 && v < lim) lim = (size_t)v;
+            fclose(f);
+        }
+        char *slash = strrchr(dir, '/');
+        if (!slash || (size_t)(slash - dir) < strlen(root)) break;
+        *slash = 0;
+    }
+    return lim;
+}
+
+size_t k25_host_mem_limit(const char **what) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    size_t phys = pages > 0 && page > 0 ? (size_t)pages * (size_t)page : SIZE_MAX;
+    size_t lim = SIZE_MAX;
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    char line[1024];
+    while (f && fgets(line, sizeof line, f)) {
+        // "0::/path" (v2) or "N:controller,...:/path" (v1)
+        line[strcspn(line, "\n")] = 0;
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2) continue;
+        *c2 = 0;
+        size_t v = SIZE_MAX;
+        if (!c1[1]) {
+            v = k25_cgroup_limit("/sys/fs/cgroup", c2 + 1, "memory.max");
+        } else {
+            char *save = NULL;
+            for (char *tok = strtok_r(c1 + 1, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+                if (!strcmp(tok, "memory"))
+                    v = k25_cgroup_limit("/sys/fs/cgroup/memory", c2 + 1,
+                                         "memory.limit_in_bytes");
+        }
+        if (v < lim) lim = v;
+    }
+    if (f) fclose(f);
+    if (what) *what = lim < phys ? "the cgroup memory limit" : "physical memory";
+    return lim < phys ? lim : phys;
 }

@@ -54,6 +54,12 @@ int k25_err(char *err, const char *fmt, ...) K25_PRINTF(2, 3);
 char *k25_read_file(const char *path, size_t *len, char *err);
 // The same for the rest of an open stream (stdin), named `name` in messages.
 char *k25_read_stream(FILE *f, const char *name, size_t *len, char *err);
+// Host memory the processes of this node may use: physical memory, or less where this
+// process's cgroup (a Slurm job's --mem, a container) limits it; *what, when given, names which.
+size_t k25_host_mem_limit(const char **what);
+// The smallest number in FILE of the cgroup directory ROOT PATH and of each directory above it
+// up to ROOT; SIZE_MAX when none has one ("max", as cgroup v2 writes no limit, reads as none).
+size_t k25_cgroup_limit(const char *root, const char *path, const char *file);
 
 #ifdef __cplusplus
 }

@@ -54,7 +54,8 @@ static int list_shards(const char *dir, name_list *out, char *err) {
         out->names[out->n++] = k25_strdup(e->d_name);
     }
     closedir(d);
-    qsort(out->names, (size_t)out->n, sizeof(char *), cmp_str);
+    // With no shards names is still NULL, which qsort may not be given even for zero items.
+    if (out->n) qsort(out->names, (size_t)out->n, sizeof(char *), cmp_str);
     return 0;
 }
 

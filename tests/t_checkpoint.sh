@@ -3,9 +3,10 @@
 # written with k25-mkckpt, copied, and each copy damaged one way: missing shard, truncated
 # shard, corrupt header JSON, wrong dtype, unsupported dtype, wrong shape, tensor missing from
 # its shard or from the index, flipped data byte (CRC manifest), missing manifest, unlisted
-# shard. Loading goes through `test_weights --load` (checkpoint_open + weights_plan), CRC checks
-# through `test_weights --verify`; when ./k25dec is built, 2-rank runs on the damaged copies
-# must exit non-zero (no rank left hanging) with the same message.
+# shard; and a manifest asked for a directory without shards. Loading goes through
+# `test_weights --load` (checkpoint_open + weights_plan), CRC checks through
+# `test_weights --verify`; when ./k25dec is built, 2-rank runs on the damaged copies must exit
+# non-zero (no rank left hanging) with the same message.
 set -u
 B=${K25_BUILD:-build}
 TW=$B/tests/test_weights
@@ -105,6 +106,18 @@ expect verify "$d" "data byte changed" "$S2" "CRC-32" "corrupted"
 cp -r "$d" "$tmp/remanifest"
 "$MK" --manifest "$tmp/remanifest" 2>/dev/null || fail "k25-mkckpt --manifest"
 "$TW" --verify "$tmp/remanifest" >/dev/null || fail "a regenerated manifest does not verify"
+
+# A directory with no shards: --manifest refuses it rather than writing an empty manifest.
+mkdir "$tmp/noshards"
+out=$("$MK" --manifest "$tmp/noshards" 2>&1)
+rc=$?
+if [ $rc -eq 0 ] || [ -e "$tmp/noshards/k25-manifest.crc32" ]; then
+    fail "k25-mkckpt --manifest on a directory with no shards: exit $rc"
+elif ! grep -qF -- "no *.safetensors files" <<<"$out"; then
+    fail "k25-mkckpt --manifest on a directory with no shards: message: $out"
+else
+    echo "ok   no shards (mkckpt --manifest): $out"
+fi
 
 d=$(copy nomanifest)
 rm "$d/k25-manifest.crc32"

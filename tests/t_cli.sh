@@ -2,10 +2,11 @@
 # The k25dec command line: every bad input (unknown flag, missing value, bad number, a prompt
 # longer than the context, a rank count that cannot split the heads, a missing file or key)
 # fails on every rank with a non-zero status and a clear message, within a timeout; so do
-# --backend cuda without a GPU and --check-finite on an overflow (naming the layer); -h prints
-# the usage; --dump-config round-trips and the built-in default equals config/tiny.ini; the
-# README command prints tokens; with a tokenizer the text out matches the ids; -n past the
-# context stops at the context end; an EOS token stops generation.
+# --backend cuda without a GPU, --check-finite on an overflow (naming the layer) and a cpu
+# backend asked for more host memory than the node has; -h prints the usage; --dump-config
+# round-trips and the built-in default equals config/tiny.ini; the README command prints tokens;
+# with a tokenizer the text out matches the ids; -n past the context stops at the context end;
+# an EOS token stops generation.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -75,6 +76,27 @@ if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] &&
     grep -q 'non-finite hidden state (inf) after layer 1: row 0 (sequence 0, position 0' "$tmp/err"; then
     echo "ok   --check-finite: $(grep -m1 'non-finite' "$tmp/err")"
 else bad "--check-finite (rc $rc)"; cat "$tmp/err"; fi
+
+# The cpu backend refuses what the node cannot hold before allocating it (else the kernel kills a
+# rank mid-load without a word): the full model's weights on 2 ranks (553 GiB), and the tiny
+# model's latent cache at 61 layers x 16M positions (305 GiB). Skipped on a node that big.
+mem_kb=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)
+if [ "${mem_kb:-0}" -lt $((600 * 1024 * 1024)) ]; then
+    long_ctx="--set model.max_position_embeddings=16777216 -c 16777216"
+    for c in "this rank's weights|--config config/kimi_k25.ini --synthetic 1" \
+             "the latent cache|--set model.num_hidden_layers=61 $long_ctx"; do
+        what=${c%%|*}
+        read -ra args <<<"${c#*|}"
+        timeout 60 mpirun -np 2 ./k25dec --backend cpu "${args[@]}" -p hi -n 2 >"$tmp/out" 2>"$tmp/err"
+        rc=$?
+        if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] &&
+            grep -q "cannot hold $what in host memory: .* x 2 ranks on this node" "$tmp/err"; then
+            echo "ok   host memory ($what): $(grep -m1 'error' "$tmp/err")"
+        else bad "host memory check for $what (rc $rc)"; cat "$tmp/err"; fi
+    done
+else
+    echo "skip host memory checks: this node has $((mem_kb / 1024 / 1024)) GiB"
+fi
 
 # -h: usage with an example on stdout, status 0
 if run 2 -h && grep -q '^Usage:' "$tmp/out" && grep -q 'Example' "$tmp/out" &&
