@@ -9,7 +9,7 @@
 
 #include "test_util.h"
 
-static char root[64];
+static char root[] = "/tmp/k25-cgroup-XXXXXX";
 
 #define CHECK_EQ_SIZE(got, want)                                                                   \
     do {                                                                                           \
@@ -29,7 +29,6 @@ static void put(const char *dir, const char *text) {
 }
 
 int main(void) {
-    strcpy(root, "/tmp/k25-cgroup-XXXXXX");
     if (!mkdtemp(root)) {
         perror("mkdtemp");
         return 1;
