@@ -37,8 +37,10 @@ else
   CFLAGS += -O2 -g -march=x86-64-v2
 endif
 ifeq ($(SAN),1)
-  CFLAGS += -O1 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
-  LDLIBS += -fsanitize=address,undefined
+  # gcc leaves float-to-integer overflow out of "undefined"; a config value cast to int needs it
+  CFLAGS += -O1 -fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer \
+            -fno-sanitize-recover=undefined,float-cast-overflow
+  LDLIBS += -fsanitize=address,undefined,float-cast-overflow
   override BUILD := $(BUILD)-san
 endif
 ifeq ($(PHASES),1)
@@ -98,11 +100,18 @@ BINS := k25dec $(TOOLS) $(if $(wildcard bench/k25bench.c),k25bench)
 .PHONY: all test test-gpu bench clean run
 all: $(BINS) $(TESTS) $(BENCHES) $(GPU_TESTS) $(GPU_BENCHES)
 
-$(BUILD)/%.o: %.c
+# Objects of one flavor (CUDA or not, DEBUG, ...) must not be linked into another: in a build
+# directory every object depends on a stamp of the compile flags, rewritten when they change.
+FLAGS_STAMP := $(BUILD)/.compile-flags
+FLAGS_NOW   := CUDA=$(CUDA) $(CFLAGS) $(NVCCFLAGS) $(NVCC_ARCH)
+$(shell mkdir -p $(BUILD) && [ "$$(cat $(FLAGS_STAMP) 2>/dev/null)" = '$(FLAGS_NOW)' ] || \
+        printf '%s\n' '$(FLAGS_NOW)' >$(FLAGS_STAMP))
+
+$(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(MPICC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/%.o: %.cu
+$(BUILD)/%.o: %.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_ARCH) $(NVCCFLAGS) -c $< -o $@
 
@@ -171,7 +180,8 @@ FUZZ_SAN      := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omi
 FUZZ_CFLAGS   := -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Wno-unused-parameter \
                  -Itests/fuzz/include -Isrc $(shell pkg-config --cflags $(PKGS)) -MMD -MP
 FUZZ_LIB_SRCS := $(wildcard $(addprefix src/,common.c config.c cli.c safetensors.c checkpoint.c \
-                   weights.c bpe.c pretokenize.c tokenizer.c detok.c)) tests/fuzz/mpi_stub.c
+                   weights.c bpe.c pretokenize.c tokenizer.c detok.c spec_eagle3_config.c \
+                   json_keys.c)) tests/fuzz/mpi_stub.c
 FUZZ_LIB_OBJS := $(FUZZ_LIB_SRCS:%.c=$(FUZZ_DIR)/%.o)
 FUZZ_SRCS     := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_OBJS     := $(FUZZ_SRCS:%.c=$(FUZZ_DIR)/%.o)

@@ -128,15 +128,6 @@ static void usage(FILE *f) {
 // Command line
 // ------------------------------------------------------------------------------------------
 
-static int parse_int(const char *s, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
-}
-
 static int parse_args(int argc, char **argv, bench_args *a, char *err) {
     memset(a, 0, sizeof *a);
     a->input_len = 1024;
@@ -181,10 +172,11 @@ static int parse_args(int argc, char **argv, bench_args *a, char *err) {
                 return k25_err(err, "--backend: '%s' is not cpu or cuda", val);
             a->backend = val;
         } else if (!strcmp(f, "--threads")) {
-            if (parse_int(val, 0, 4096, &v)) return k25_err(err, "--threads: bad value '%s'", val);
+            if (k25_parse_long(val, 0, 4096, &v))
+                return k25_err(err, "--threads: bad value '%s'", val);
             a->threads = (int)v;
         } else if (!strcmp(f, "--pp")) {
-            if (parse_int(val, 1, 4096, &v)) return k25_err(err, "--pp: bad value '%s'", val);
+            if (k25_parse_long(val, 1, 4096, &v)) return k25_err(err, "--pp: bad value '%s'", val);
             a->pp = (int)v;
         } else if (!strcmp(f, "--concurrency")) {
             a->n_levels = 0;
@@ -193,16 +185,18 @@ static int parse_args(int argc, char **argv, bench_args *a, char *err) {
             for (char *save, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
                 if (a->n_levels == MAX_LEVELS)
                     return k25_err(err, "--concurrency: more than %d levels", MAX_LEVELS);
-                if (parse_int(t, 1, 256, &v))
+                if (k25_parse_long(t, 1, 256, &v))
                     return k25_err(err, "--concurrency: '%s' is not a level in 1..256", t);
                 a->levels[a->n_levels++] = (int)v;
             }
             if (a->n_levels == 0) return k25_err(err, "--concurrency: empty list");
         } else if (!strcmp(f, "--input-len")) {
-            if (parse_int(val, 1, 1 << 24, &v)) return k25_err(err, "--input-len: bad '%s'", val);
+            if (k25_parse_long(val, 1, 1 << 24, &v))
+                return k25_err(err, "--input-len: bad '%s'", val);
             a->input_len = (int)v;
         } else if (!strcmp(f, "--output-len")) {
-            if (parse_int(val, 1, 1 << 24, &v)) return k25_err(err, "--output-len: bad '%s'", val);
+            if (k25_parse_long(val, 1, 1 << 24, &v))
+                return k25_err(err, "--output-len: bad '%s'", val);
             a->output_len = (int)v;
         } else if (!strcmp(f, "--range-ratio")) {
             char *end;
@@ -210,19 +204,20 @@ static int parse_args(int argc, char **argv, bench_args *a, char *err) {
             if (end == val || *end || !(a->range_ratio >= 0 && a->range_ratio < 1))
                 return k25_err(err, "--range-ratio: '%s' is not in [0, 1)", val);
         } else if (!strcmp(f, "--num-prompts-factor")) {
-            if (parse_int(val, 5, 1000, &v))
+            if (k25_parse_long(val, 5, 1000, &v))
                 return k25_err(err, "--num-prompts-factor: '%s' is not in 5..1000", val);
             a->prompts_factor = (int)v;
         } else if (!strcmp(f, "--seed")) {
-            if (parse_int(val, 0, LONG_MAX, &v)) return k25_err(err, "--seed: bad '%s'", val);
+            if (k25_parse_long(val, 0, LONG_MAX, &v)) return k25_err(err, "--seed: bad '%s'", val);
             a->seed = (uint64_t)v;
         } else if (!strcmp(f, "--profile-steps")) {
-            if (parse_int(val, 0, 1000, &v)) return k25_err(err, "--profile-steps: bad '%s'", val);
+            if (k25_parse_long(val, 0, 1000, &v))
+                return k25_err(err, "--profile-steps: bad '%s'", val);
             a->profile_steps = (int)v;
         } else if (!strcmp(f, "--spec-draft")) {
             a->spec_draft = val;
         } else if (!strcmp(f, "--spec-k")) {
-            if (parse_int(val, 1, K25_SPEC_MAX_K, &v))
+            if (k25_parse_long(val, 1, K25_SPEC_MAX_K, &v))
                 return k25_err(err, "--spec-k: '%s' is not in 1..%d", val, K25_SPEC_MAX_K);
             a->spec_k = (int)v;
         } else if (!strcmp(f, "--spec-accept")) {
@@ -1188,6 +1183,7 @@ static cJSON *spec_json(const level_result *res, const bench_args *a) {
 // ------------------------------------------------------------------------------------------
 
 int main(int argc, char **argv) {
+    k25_prog = "k25bench";
     k25_dist d;
     dist_init(&d, &argc, &argv);
     char err[K25_ERR_LEN] = "";

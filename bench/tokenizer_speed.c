@@ -121,6 +121,7 @@ static void bench(const k25_tokenizer *t, const char *name, const char *text, si
 }
 
 int main(int argc, char **argv) {
+    k25_prog = "tokenizer_speed";
     const char *vocab = argc > 1 && strcmp(argv[1], "-") ? argv[1] : NULL;
     const char *text_path = argc > 2 ? argv[2] : "tests/data/tokenizer/corpus.txt";
     char padded[64] = "/tmp/k25-tokbench-XXXXXX";

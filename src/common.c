@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 int k25_log_rank = -1;
+const char *k25_prog = "k25dec";
 int k25_verbose = 0;
 
 void k25_fatal(const char *file, int line, const char *fmt, ...) {
@@ -19,9 +20,10 @@ void k25_fatal(const char *file, int line, const char *fmt, ...) {
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (k25_log_rank >= 0)
-        fprintf(stderr, "k25dec: error: rank %d: %s (%s:%d)\n", k25_log_rank, msg, file, line);
+        fprintf(stderr, "%s: error: rank %d: %s (%s:%d)\n", k25_prog, k25_log_rank, msg, file,
+                line);
     else
-        fprintf(stderr, "k25dec: error: %s (%s:%d)\n", msg, file, line);
+        fprintf(stderr, "%s: error: %s (%s:%d)\n", k25_prog, msg, file, line);
     fflush(stderr);
     fflush(stdout);
     int up = 0, down = 0;
@@ -105,6 +107,15 @@ char *k25_read_stream(FILE *f, const char *name, size_t *len, char *err) {
     buf[n] = 0;
     if (len) *len = n;
     return buf;
+}
+
+int k25_parse_long(const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
 }
 
 char *k25_read_file(const char *path, size_t *len, char *err) {

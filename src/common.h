@@ -35,6 +35,8 @@ extern "C" {
 
 // World rank for messages; -1 before MPI is up (set by dist_init).
 extern int k25_log_rank;
+// The program that fatal errors name ("k25dec" unless a tool's main sets its own).
+extern const char *k25_prog;
 // Non-zero: verbose logging on stderr (--verbose).
 extern int k25_verbose;
 
@@ -49,6 +51,8 @@ char *k25_strdup(const char *s);
 double k25_now_ms(void);                 // monotonic clock
 // Formats into err (K25_ERR_LEN bytes) and returns -1, for `return k25_err(err, ...)`.
 int k25_err(char *err, const char *fmt, ...) K25_PRINTF(2, 3);
+// A whole decimal string s as a number in lo..hi: 0, or -1 (empty, trailing text, out of range).
+int k25_parse_long(const char *s, long lo, long hi, long *out);
 // A whole file in a NUL-terminated buffer (*len, when given, without the NUL), to free; NULL
 // with err set ("PATH: cannot open: ..." or "PATH: read error") when it cannot be read.
 char *k25_read_file(const char *path, size_t *len, char *err);

@@ -15,6 +15,8 @@
 #include <cjson/cJSON.h>
 #include <ini.h>
 
+#include "json_keys.h"
+
 // ------------------------------------------------------------------------------------------
 // The key table (one row per config.def line)
 // ------------------------------------------------------------------------------------------
@@ -626,6 +628,7 @@ static int hf_load(k25_config *c, const char *json, size_t len, const char *name
         k25_err(err, "%s: expected a JSON object", name);
         goto done;
     }
+    if (json_check_unique_keys(root, name, err)) goto done;
     const cJSON *mt = jget(root, "model_type");
     const cJSON *text = jget(root, "text_config");
     int wrapper = (mt && cJSON_IsString(mt) && !strcmp(mt->valuestring, "kimi_k25")) || text;
@@ -658,8 +661,9 @@ done:
     return rc;
 }
 
-int config_load_hf_json_string(k25_config *c, const char *json, size_t len, char *err) {
-    return hf_load(c, json, len, "config.json", err);
+int config_load_hf_json_string(k25_config *c, const char *json, size_t len, const char *name,
+                               char *err) {
+    return hf_load(c, json, len, name, err);
 }
 
 int config_load_hf_json(k25_config *c, const char *path, char *err) {

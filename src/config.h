@@ -35,7 +35,9 @@ int config_load_ini_string(k25_config *c, const char *text, const char *name, ch
 // A Hugging Face config.json: the K2.5 wrapper (text_config) or a plain DeepseekV3 / kimi_k2
 // config. Also reads quantization_config (INT4 routed experts or not).
 int config_load_hf_json(k25_config *c, const char *path, char *err);
-int config_load_hf_json_string(k25_config *c, const char *json, size_t len, char *err);
+// The same for text in memory (len bytes, no NUL needed); messages name it `name`.
+int config_load_hf_json_string(k25_config *c, const char *json, size_t len, const char *name,
+                               char *err);
 // "section.key=value"
 int config_set(k25_config *c, const char *assignment, char *err);
 // Consistency of the values (positive dims, divisibility by the quant group, top_k <= experts,

@@ -28,14 +28,11 @@
 #include <math.h>
 #include <string.h>
 
-#include <cjson/cJSON.h>
-
 #include "checkpoint.h"
 #include "kvcache.h"
 #include "sampler.h"
+#include "spec_eagle3_config.h"
 #include "spec_internal.h"
-
-#define EAGLE_MAX_AUX 3
 
 typedef struct eagle {
     k25_config cfg;            // the draft layer's configuration (its backend computes RoPE and
@@ -86,147 +83,19 @@ typedef struct eagle {
 // Configuration (config.json of the draft)
 // ------------------------------------------------------------------------------------------
 
-static void json_set_num(cJSON *o, const char *key, double v) {
-    cJSON_DeleteItemFromObjectCaseSensitive(o, key);
-    cJSON_AddNumberToObject(o, key, v);
-}
-
-static int json_int_or(const cJSON *o, const char *key, int dflt) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsNumber(v) ? (int)v->valuedouble : dflt;
-}
-
-// The draft's dims into e->cfg (through the DeepSeek-V3 config.json reader, so RoPE and the
-// checks are the target's), plus what only EAGLE-3 has: aux layers, draft vocabulary, variant.
+// The head's config.json, checked against the target and this run (spec_eagle3_config.c).
 static int read_config(eagle *e, const char *dir, const spec_env *env, int *aux_ids, char *err) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    char *text = k25_read_file(path, NULL, err);
-    if (!text) return -1;
-    cJSON *root = cJSON_Parse(text);
-    free(text);
-    if (!root || !cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        return k25_err(err, "%s: not a JSON object", path);
-    }
-    int rc = 0;
-    const cJSON *arch = cJSON_GetObjectItemCaseSensitive(root, "architectures");
-    const cJSON *a0 = cJSON_IsArray(arch) ? cJSON_GetArrayItem(arch, 0) : NULL;
-    const char *an = cJSON_IsString(a0) ? a0->valuestring : "";
-    if (strstr(an, "Llama"))
-        rc = k25_err(err, "%s: architecture %s (Llama EAGLE-3 head): not supported, its "
-                          "standard multi-head attention has no backend operation; use an MLA "
-                          "head (Eagle3DeepseekV2ForCausalLM)", path, an);
-    else if (*an && strcmp(an, "Eagle3DeepseekV2ForCausalLM") &&
-             strcmp(an, "Eagle3DeepseekV3ForCausalLM"))
-        rc = k25_err(err, "%s: architecture %s is not an EAGLE-3 MLA head "
-                          "(Eagle3DeepseekV2ForCausalLM)", path, an);
-    else if (json_int_or(root, "num_hidden_layers", 1) != 1)
-        rc = k25_err(err, "%s: num_hidden_layers %d: only one-layer EAGLE-3 heads are "
-                          "supported", path, json_int_or(root, "num_hidden_layers", 1));
-    const char *unsupported[] = {"fc_norm", "norm_output"};
-    for (int i = 0; i < 2 && rc == 0; i++)
-        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, unsupported[i])))
-            rc = k25_err(err, "%s: %s = true (EAGLE 3.1 variant) is not supported", path,
-                         unsupported[i]);
-
-    const k25_config *t = env->cfg;
-    e->Dt = json_int_or(root, "target_hidden_size", t->hidden);
-    e->norm_before_residual =
-        cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "norm_before_residual"));
-    if (rc == 0 && e->Dt != t->hidden)
-        rc = k25_err(err, "%s: target_hidden_size %d, the target's hidden size is %d", path,
-                     e->Dt, t->hidden);
-    if (rc == 0 && json_int_or(root, "vocab_size", t->vocab) != t->vocab)
-        rc = k25_err(err, "%s: vocab_size %d, the target has %d", path,
-                     json_int_or(root, "vocab_size", t->vocab), t->vocab);
-
-    // Target layers: explicit ids + 1 (the state entering the next layer), else sglang's
-    // default [2, L/2, L-3]; in layer order, the order the target produces them.
-    const cJSON *ec = cJSON_GetObjectItemCaseSensitive(root, "eagle_config");
-    const cJSON *ids = ec ? cJSON_GetObjectItemCaseSensitive(ec, "eagle_aux_hidden_state_layer_ids")
-                          : NULL;
-    e->n_aux = 3;
-    if (rc == 0 && ids) {
-        e->n_aux = cJSON_IsArray(ids) ? cJSON_GetArraySize(ids) : 0;
-        if (e->n_aux < 1 || e->n_aux > EAGLE_MAX_AUX)
-            rc = k25_err(err, "%s: eagle_config.eagle_aux_hidden_state_layer_ids must list 1..%d "
-                              "layers", path, EAGLE_MAX_AUX);
-        for (int i = 0; i < e->n_aux && rc == 0; i++) {
-            const cJSON *v = cJSON_GetArrayItem(ids, i);
-            aux_ids[i] = cJSON_IsNumber(v) ? (int)v->valuedouble + 1 : -1;
-            if (aux_ids[i] < 0 || aux_ids[i] > t->n_layers)
-                rc = k25_err(err, "%s: aux hidden state layer id %d outside the target's %d "
-                                  "layers", path, aux_ids[i] - 1, t->n_layers);
-        }
-    } else {
-        int L = t->n_layers;
-        aux_ids[0] = 2 < L ? 2 : L;
-        aux_ids[1] = L / 2;
-        aux_ids[2] = L - 3 > 0 ? L - 3 : 0;
-    }
-    for (int i = 1; i < e->n_aux; i++)
-        for (int j = i; j > 0 && aux_ids[j] < aux_ids[j - 1]; j--) {
-            int x = aux_ids[j];
-            aux_ids[j] = aux_ids[j - 1];
-            aux_ids[j - 1] = x;
-        }
-
-    e->V = t->vocab;
-    e->Vd = json_int_or(root, "draft_vocab_size", t->vocab);
-    if (rc == 0 && (e->Vd < 1 || e->Vd > t->vocab))
-        rc = k25_err(err, "%s: draft_vocab_size %d outside 1..%d", path, e->Vd, t->vocab);
-
-    if (rc == 0) {
-        // The DeepSeek-V3 reader wants the MoE keys a dense one-layer head does not have.
-        cJSON *j = cJSON_Duplicate(root, 1);
-        const char *drop[] = {"architectures", "model_type", "quantization_config",
-                              "text_config", "auto_map"};
-        for (size_t i = 0; i < sizeof drop / sizeof drop[0]; i++)
-            cJSON_DeleteItemFromObjectCaseSensitive(j, drop[i]);
-        json_set_num(j, "first_k_dense_replace", 1);
-        json_set_num(j, "moe_intermediate_size", t->moe_inter);
-        json_set_num(j, "n_routed_experts", t->n_experts);
-        json_set_num(j, "n_shared_experts", t->n_shared);
-        json_set_num(j, "num_experts_per_tok", t->top_k);
-        json_set_num(j, "n_group", t->n_group);
-        json_set_num(j, "topk_group", t->topk_group);
-        json_set_num(j, "routed_scaling_factor", t->routed_scale);
-        json_set_num(j, "vocab_size", t->vocab);
-        if (!cJSON_GetObjectItemCaseSensitive(j, "max_position_embeddings"))
-            json_set_num(j, "max_position_embeddings", t->max_pos);
-        char *txt = cJSON_PrintUnformatted(j);
-        cJSON_Delete(j);
-        e->cfg = *t; // tokens and run settings stay the target's
-        char why[K25_ERR_LEN];
-        if (config_load_hf_json_string(&e->cfg, txt, strlen(txt), why))
-            rc = k25_err(err, "%s: %s", path, why);
-        cJSON_free(txt);
-    }
-    cJSON_Delete(root);
-    if (rc) return -1;
-
-    k25_config *c = &e->cfg;
-    c->n_layers = 2;          // layers[0] + the input-tensor carrier; both dense
-    c->first_dense = 2;
-    c->experts_int4 = 0;
-    // sglang and vLLM build the draft's q_a / kv_a norms with rms_norm_eps.
-    c->latent_norm_eps = c->norm_eps;
-    c->ctx_size = env->o.ctx_size + env->o.k + 1;
-    c->kv_block = env->o.kv_block;
-    c->tp = env->dist->tp_size;
-    c->pp = 1;
-    if (c->ctx_size > c->max_pos)
-        return k25_err(err, "%s: context %d + %d drafts exceeds max_position_embeddings %d",
-                       path, env->o.ctx_size, env->o.k + 1, c->max_pos);
-    char why[K25_ERR_LEN];
-    if (config_validate(c, why)) return k25_err(err, "%s: %s", path, why);
-    int tp = env->dist->tp_size;
-    if (c->n_heads % tp || c->dense_inter % tp || e->Vd % tp)
-        return k25_err(err, "%s: %d heads, intermediate size %d and draft vocabulary %d must "
-                            "divide over %d tensor-parallel ranks", path, c->n_heads,
-                       c->dense_inter, e->Vd, tp);
-    e->D = c->hidden;
+    eagle3_fit fit = {env->cfg, env->o.ctx_size, env->o.k, env->o.kv_block, env->dist->tp_size};
+    eagle3_config ec;
+    if (eagle3_config_read(&ec, dir, &fit, err)) return -1;
+    e->cfg = ec.cfg;
+    e->n_aux = ec.n_aux;
+    memcpy(aux_ids, ec.aux_ids, sizeof ec.aux_ids);
+    e->Dt = ec.Dt;
+    e->Vd = ec.Vd;
+    e->V = env->cfg->vocab;
+    e->D = ec.cfg.hidden;
+    e->norm_before_residual = ec.norm_before_residual;
     return 0;
 }
 
@@ -691,7 +560,7 @@ static void eg_destroy(spec_draft *d) {
 int spec_eagle3_create(const spec_env *env, const char *dir, spec_draft *d, char *err) {
     const k25_spec_opts *o = &env->o;
     eagle *e = k25_calloc(1, sizeof *e);
-    int aux_ids[EAGLE_MAX_AUX];
+    int aux_ids[EAGLE3_MAX_AUX];
     e->tcfg = env->cfg;
     e->target = env->target;
     e->K = o->k;

@@ -119,6 +119,18 @@ else
     echo "ok   no shards (mkckpt --manifest): $out"
 fi
 
+# A shard count that is not a positive integer (atoi read "2x" as 2 and 99999999999 as garbage).
+for n in 2x 0 99999999999 ''; do
+    out=$("$MK" --config config/tiny.ini --synthetic 5 --out "$tmp/badshards" --shards "$n" 2>&1)
+    rc=$?
+    if [ $rc -eq 0 ] || [ -e "$tmp/badshards" ]; then
+        fail "k25-mkckpt --shards '$n': exit $rc"
+    elif ! grep -qF -- "k25-mkckpt: error: --shards: '$n' is not a positive integer" <<<"$out"; then
+        fail "k25-mkckpt --shards '$n': message: $out"
+    fi
+done
+echo "ok   bad --shards values (mkckpt)"
+
 d=$(copy nomanifest)
 rm "$d/k25-manifest.crc32"
 expect verify "$d" "no manifest" "k25-manifest.crc32" "k25-mkckpt --manifest"

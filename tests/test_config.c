@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
 
 // Every listed substring must occur in msg.
 static int has_all(const char *msg, const char *a, const char *b, const char *c) {
@@ -317,7 +318,31 @@ static void test_bad_ini(void) {
 static int load_json(k25_config *c, const char *json, char *err) {
     config_init_defaults(c);
     load_or_die(c, "config/tiny.ini");  // every model value differs from K2.5
-    return config_load_hf_json_string(c, json, strlen(json), err);
+    return config_load_hf_json_string(c, json, strlen(json), "config.json", err);
+}
+
+// load_json of the object base with the keys of "{" over "}" in place of its own (the reader
+// refuses a key that appears twice).
+static int load_over(k25_config *c, const char *base, const char *over, char *err) {
+    char text[1024];
+    snprintf(text, sizeof text, "{%s}", over);
+    cJSON *b = cJSON_Parse(base), *o = cJSON_Parse(text);
+    if (!b || !o) K25_DIE("test: bad JSON %s", b ? text : base);
+    for (cJSON *v; (v = o->child);) {
+        char key[128];
+        snprintf(key, sizeof key, "%s", v->string);
+        cJSON_DetachItemViaPointer(o, v);
+        if (cJSON_GetObjectItemCaseSensitive(b, key))
+            cJSON_ReplaceItemInObjectCaseSensitive(b, key, v);
+        else
+            cJSON_AddItemToObject(b, key, v);
+    }
+    char *json = cJSON_PrintUnformatted(b);
+    int rc = load_json(c, json, err);
+    cJSON_free(json);
+    cJSON_Delete(b);
+    cJSON_Delete(o);
+    return rc;
 }
 
 static void test_hf_json(void) {
@@ -427,27 +452,45 @@ static void test_hf_json(void) {
         {"\"hidden_act\": \"gelu\"", "hidden_act"},
         {"\"moe_layer_freq\": 2", "moe_layer_freq"},
     };
-    for (int i = 0; i < 5; i++) {
-        char json[4096];
-        snprintf(json, sizeof json, "{%s, " K25_TEXT_KEYS ", \"rope_theta\": 1.0}", unsup[i][0]);
-        CHECK(load_json(&c, json, err) != 0 && strstr(err, unsup[i][1]), "%s: %s", unsup[i][1],
-              err);
-    }
+    for (int i = 0; i < 5; i++)
+        CHECK(load_over(&c, "{" K25_TEXT_KEYS ", \"rope_theta\": 1.0}", unsup[i][0], err) != 0 &&
+                  strstr(err, unsup[i][1]),
+              "%s: %s", unsup[i][1], err);
     const char *bad_rope = "{" K25_TEXT_KEYS ", \"rope_theta\": 1.0, \"rope_scaling\": "
                            "{\"rope_type\": \"linear\", \"factor\": 2}}";
     CHECK(load_json(&c, bad_rope, err) != 0 && has_all(err, "linear", "rope_type", NULL), "%s",
           err);
-    const char *wrong_type = "{\"hidden_size\": \"7168\", " K25_TEXT_KEYS "}";
-    CHECK(load_json(&c, wrong_type, err) != 0 && has_all(err, "hidden_size", "integer", NULL),
+    const char *full = "{" K25_TEXT_KEYS "," K25_ROPE_SCALING "}";
+    CHECK(load_over(&c, full, "\"hidden_size\": \"7168\"", err) != 0 &&
+              has_all(err, "'hidden_size'", "an integer", NULL),
           "wrong type: %s", err);
-    const char *frac = "{\"n_group\": 1.5, " K25_TEXT_KEYS "," K25_ROPE_SCALING "}";
-    CHECK(load_json(&c, frac, err) != 0 && strstr(err, "n_group"), "fraction: %s", err);
-    const char *bad_bool = "{\"norm_topk_prob\": 1, " K25_TEXT_KEYS "," K25_ROPE_SCALING "}";
-    CHECK(load_json(&c, bad_bool, err) != 0 && strstr(err, "norm_topk_prob"), "%s", err);
-    const char *bad_eos = "{\"eos_token_id\": [1, \"x\"], " K25_TEXT_KEYS "," K25_ROPE_SCALING "}";
-    CHECK(load_json(&c, bad_eos, err) != 0 && strstr(err, "eos_token_id"), "%s", err);
-    const char *null_q = "{\"q_lora_rank\": null, " K25_TEXT_KEYS "," K25_ROPE_SCALING "}";
-    CHECK(load_json(&c, null_q, err) != 0 && strstr(err, "q_lora_rank"), "%s", err);
+    CHECK(load_over(&c, full, "\"n_group\": 1.5", err) != 0 &&
+              has_all(err, "'n_group'", "an integer", NULL),
+          "fraction: %s", err);
+    CHECK(load_over(&c, full, "\"norm_topk_prob\": 1", err) != 0 &&
+              has_all(err, "'norm_topk_prob'", "true or false", NULL),
+          "%s", err);
+    CHECK(load_over(&c, full, "\"eos_token_id\": [1, \"x\"]", err) != 0 &&
+              strstr(err, "eos_token_id"),
+          "%s", err);
+    CHECK(load_over(&c, full, "\"q_lora_rank\": null", err) != 0 && strstr(err, "q_lora_rank"),
+          "%s", err);
+    // A repeated key: cJSON would read the first, transformers the last.
+    const char *twice = "{\"hidden_size\": 7168, " K25_TEXT_KEYS "," K25_ROPE_SCALING "}";
+    CHECK(load_json(&c, twice, err) != 0 &&
+              strstr(err, "config.json: key 'hidden_size' appears more than once"),
+          "repeated key: %s", err);
+    const char *twice_nested = "{" K25_TEXT_KEYS ", \"rope_theta\": 1.0, \"rope_scaling\": "
+                               "{\"type\": \"yarn\", \"factor\": 64, \"factor\": 32, "
+                               "\"original_max_position_embeddings\": 4096}}";
+    CHECK(load_json(&c, twice_nested, err) != 0 &&
+              strstr(err, "key 'rope_scaling.factor' appears more than once"),
+          "repeated nested key: %s", err);
+    const char *twice_in_list = "{" K25_TEXT_KEYS "," K25_ROPE_SCALING ", \"x\": "
+                                "[{\"a\": 1}, {\"b\": 1, \"b\": 2}]}";
+    CHECK(load_json(&c, twice_in_list, err) != 0 &&
+              strstr(err, "key 'x[1].b' appears more than once"),
+          "repeated key in a list: %s", err);
     const char *other = "{\"model_type\": \"llama\", \"hidden_size\": 4096}";
     CHECK(load_json(&c, other, err) != 0 && strstr(err, "llama"), "%s", err);
     CHECK(load_json(&c, "{\"hidden_size\": ", err) != 0 && strstr(err, "JSON"), "%s", err);
@@ -457,7 +500,7 @@ static void test_hf_json(void) {
     k25_config before;
     config_init_defaults(&before);
     c = before;
-    CHECK(config_load_hf_json_string(&c, fp8, strlen(fp8), err) != 0, "fp8");
+    CHECK(config_load_hf_json_string(&c, fp8, strlen(fp8), "config.json", err) != 0, "fp8");
     CHECK(first_diff(&c, &before, NULL) == NULL, "failed json load changed the config");
     const char *path = temp_file(missing, 1);
     CHECK(config_load_hf_json(&c, path, err) != 0 && has_all(err, path, "hidden_size", NULL),

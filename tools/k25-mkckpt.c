@@ -9,6 +9,7 @@
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -390,9 +391,11 @@ static int dir_ready(const char *dir, char *err) {
 }
 
 int main(int argc, char **argv) {
+    k25_prog = "k25-mkckpt";
     char err[K25_ERR_LEN];
     const char *ini = NULL, *out = NULL, *manifest = NULL, *seed_s = NULL;
-    int shards = 4, bf16 = 0, no_prefix = 0, single = 0;
+    const char *shards_s = "4";
+    int bf16 = 0, no_prefix = 0, single = 0;
     k25_config c;
     config_init_defaults(&c);
     for (int i = 1; i < argc; i++) {
@@ -405,7 +408,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--set") && more) ++i; // applied after --config
         else if (!strcmp(a, "--synthetic") && more) seed_s = argv[++i];
         else if (!strcmp(a, "--out") && more) out = argv[++i];
-        else if (!strcmp(a, "--shards") && more) shards = atoi(argv[++i]);
+        else if (!strcmp(a, "--shards") && more) shards_s = argv[++i];
         else if (!strcmp(a, "--manifest") && more) manifest = argv[++i];
         else if (!strcmp(a, "--bf16-experts")) bf16 = 1;
         else if (!strcmp(a, "--no-prefix")) no_prefix = 1;
@@ -429,8 +432,10 @@ int main(int argc, char **argv) {
     errno = 0;
     unsigned long long seed = strtoull(seed_s, &end, 0);
     if (errno || !*seed_s || *end) K25_DIE("--synthetic: '%s' is not a seed (an integer)", seed_s);
-    if (shards < 1) K25_DIE("--shards must be a positive integer");
-    if (single) shards = 1;
+    long n_shards;
+    if (k25_parse_long(shards_s, 1, INT_MAX, &n_shards))
+        K25_DIE("--shards: '%s' is not a positive integer", shards_s);
+    int shards = single ? 1 : (int)n_shards;
     if (ini && config_load_ini(&c, ini, err)) K25_DIE("%s", err);
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--set") && i + 1 < argc && config_set(&c, argv[++i], err))

@@ -31,16 +31,8 @@ static void usage(FILE *f) {
             "  --norm-before-residual  the variant whose residual is the normalized hidden\n");
 }
 
-static int parse_long(const char *s, long lo, long hi, long *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
-}
-
 int main(int argc, char **argv) {
+    k25_prog = "k25-mkeagle";
     char err[K25_ERR_LEN];
     const char *ini = NULL, *model = NULL, *out = NULL, *sets[64];
     int n_sets = 0, have_seed = 0;
@@ -79,13 +71,13 @@ int main(int argc, char **argv) {
         } else if (!strcmp(f, "--out")) {
             out = val;
         } else if (!strcmp(f, "--draft-vocab")) {
-            if (parse_long(val, 1, 1 << 24, &v)) {
+            if (k25_parse_long(val, 1, 1 << 24, &v)) {
                 fprintf(stderr, "k25-mkeagle: --draft-vocab: bad '%s'\n", val);
                 return 2;
             }
             o.draft_vocab = (int)v;
         } else if (!strcmp(f, "--intermediate")) {
-            if (parse_long(val, 1, 1 << 24, &v)) {
+            if (k25_parse_long(val, 1, 1 << 24, &v)) {
                 fprintf(stderr, "k25-mkeagle: --intermediate: bad '%s'\n", val);
                 return 2;
             }
@@ -95,7 +87,7 @@ int main(int argc, char **argv) {
             snprintf(buf, sizeof buf, "%s", val);
             o.n_aux = 0;
             for (char *save, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-                if (o.n_aux == 3 || parse_long(t, -1, 1 << 20, &v)) {
+                if (o.n_aux == 3 || k25_parse_long(t, -1, 1 << 20, &v)) {
                     fprintf(stderr, "k25-mkeagle: --aux-layers: '%s' is not 1 to 3 ids\n", val);
                     return 2;
                 }

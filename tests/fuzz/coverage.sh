@@ -22,7 +22,8 @@ fi
 # The functions that are the parser proper, per target (the files also hold other code).
 declare -A parse_fns=(
     [ini]="config_load_ini_string ini_read_line ini_on_key ini_fail set_value parse_int parse_float parse_bool parse_ints find_key"
-    [hf_json]="hf_load hf_model hf_rope hf_tokens hf_quant hf_set_typed json_int json_float json_bool json_str jget"
+    [hf_json]="hf_load hf_model hf_rope hf_tokens hf_quant hf_set_typed json_int json_float json_bool json_str jget json_check_unique_keys check_keys"
+    [eagle3_config]="eagle3_config_parse parse_root check_variant read_aux read_layer opt_int opt_bool is_int present type_err set_num"
     [cli]="cli_parse find_flag parse_tokens parse_int parse_float cli_load_config config_set trim_copy"
     [safetensors]="st_parse_buffer st_parse_header parse_entry parse_metadata check_layout json_u64 st_find"
     [index]="read_index checkpoint_open bad_shard_name checkpoint_find find_exact"
@@ -47,7 +48,7 @@ for t in "${targets[@]}"; do
             printf "%-18s %-22s %s of %s (%s)\n", t, $1, $(NF-5)-$(NF-4), $(NF-5), $(NF-3) }'
     fns=${parse_fns[$t]:-}
     [ -z "$fns" ] && continue
-    files=$(sed -n 's/^\(src\/[a-z_]*\.c\).*/\1/p' < <("$llvmcov" report "$bin" -instr-profile="$cov/$t.profdata" 2>/dev/null))
+    files=$(sed -n 's/^\(src\/[a-z0-9_]*\.c\).*/\1/p' < <("$llvmcov" report "$bin" -instr-profile="$cov/$t.profdata" 2>/dev/null))
     # shellcheck disable=SC2086
     "$llvmcov" report -show-functions "$bin" -instr-profile="$cov/$t.profdata" $files 2>/dev/null |
         awk -v t="$t" -v fns="$fns" '

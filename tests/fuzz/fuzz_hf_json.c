@@ -14,7 +14,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     before = c;
     char err[K25_ERR_LEN];
     err[0] = 0;
-    if (config_load_hf_json_string(&c, (const char *)data, size, err)) {
+    if (config_load_hf_json_string(&c, (const char *)data, size, "config.json", err)) {
         if (strncmp(err, "config.json", 11)) fuzz_fail("message does not name the file: '%s'", err);
         const char *diff = fuzz_config_diff(&before, &c);
         if (diff) fuzz_fail("rejected file still changed %s", diff);
