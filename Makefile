@@ -181,7 +181,7 @@ FUZZ_CFLAGS   := -std=c11 -D_GNU_SOURCE -O1 -g -Wall -Wextra -Wno-unused-paramet
                  -Itests/fuzz/include -Isrc $(shell pkg-config --cflags $(PKGS)) -MMD -MP
 FUZZ_LIB_SRCS := $(wildcard $(addprefix src/,common.c config.c cli.c safetensors.c checkpoint.c \
                    weights.c bpe.c pretokenize.c tokenizer.c detok.c spec_eagle3_config.c \
-                   json_keys.c)) tests/fuzz/mpi_stub.c
+                   json_object.c)) tests/fuzz/mpi_stub.c
 FUZZ_LIB_OBJS := $(FUZZ_LIB_SRCS:%.c=$(FUZZ_DIR)/%.o)
 FUZZ_SRCS     := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_OBJS     := $(FUZZ_SRCS:%.c=$(FUZZ_DIR)/%.o)

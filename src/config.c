@@ -15,7 +15,7 @@
 #include <cjson/cJSON.h>
 #include <ini.h>
 
-#include "json_keys.h"
+#include "json_object.h"
 
 // ------------------------------------------------------------------------------------------
 // The key table (one row per config.def line)
@@ -615,20 +615,11 @@ static int hf_quant(hf_ctx *h, k25_config *c, const cJSON *tc, const cJSON *root
 
 static int hf_load(k25_config *c, const char *json, size_t len, const char *name, char *err) {
     hf_ctx h = {.name = name, .prefix = "", .err = err};
-    cJSON *root = cJSON_ParseWithLength(json, len);
-    if (!root) {
-        const char *at = cJSON_GetErrorPtr();
-        long off = at && at >= json && at <= json + len ? (long)(at - json) : -1;
-        return k25_err(err, "%s: invalid JSON (near byte %ld)", name, off);
-    }
+    cJSON *root = json_parse_object(json, len, name, err);
+    if (!root) return -1;
     int rc = -1;
     k25_config tmp = *c;  // left untouched on error
     const cJSON *tc = root;
-    if (!cJSON_IsObject(root)) {
-        k25_err(err, "%s: expected a JSON object", name);
-        goto done;
-    }
-    if (json_check_unique_keys(root, name, err)) goto done;
     const cJSON *mt = jget(root, "model_type");
     const cJSON *text = jget(root, "text_config");
     int wrapper = (mt && cJSON_IsString(mt) && !strcmp(mt->valuestring, "kimi_k25")) || text;

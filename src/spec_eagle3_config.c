@@ -10,7 +10,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "json_keys.h"
+#include "json_object.h"
 
 static int type_err(const char *path, const char *key, const char *want, char *err) {
     return k25_err(err, "%s: key '%s': expected %s", path, key, want);
@@ -177,15 +177,9 @@ static int parse_root(eagle3_config *out, const cJSON *root, const char *path,
 int eagle3_config_parse(eagle3_config *out, const char *json, size_t len, const char *path,
                         const eagle3_fit *fit, char *err) {
     memset(out, 0, sizeof *out);
-    cJSON *root = cJSON_ParseWithLength(json, len);
-    if (!root) {
-        const char *at = cJSON_GetErrorPtr();
-        long off = at && at >= json && at <= json + len ? (long)(at - json) : -1;
-        return k25_err(err, "%s: invalid JSON (near byte %ld)", path, off);
-    }
-    int rc = !cJSON_IsObject(root) ? k25_err(err, "%s: expected a JSON object", path)
-             : json_check_unique_keys(root, path, err) ? -1
-                                                       : parse_root(out, root, path, fit, err);
+    cJSON *root = json_parse_object(json, len, path, err);
+    if (!root) return -1;
+    int rc = parse_root(out, root, path, fit, err);
     cJSON_Delete(root);
     if (rc) return -1;
 

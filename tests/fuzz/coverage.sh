@@ -22,8 +22,8 @@ fi
 # The functions that are the parser proper, per target (the files also hold other code).
 declare -A parse_fns=(
     [ini]="config_load_ini_string ini_read_line ini_on_key ini_fail set_value parse_int parse_float parse_bool parse_ints find_key"
-    [hf_json]="hf_load hf_model hf_rope hf_tokens hf_quant hf_set_typed json_int json_float json_bool json_str jget json_check_unique_keys check_keys"
-    [eagle3_config]="eagle3_config_parse parse_root check_variant read_aux read_layer opt_int opt_bool is_int present type_err set_num"
+    [hf_json]="hf_load hf_model hf_rope hf_tokens hf_quant hf_set_typed json_int json_float json_bool json_str jget json_parse_object check_keys"
+    [eagle3_config]="eagle3_config_parse parse_root check_variant read_aux read_layer opt_int opt_bool is_int present type_err set_num json_parse_object check_keys"
     [cli]="cli_parse find_flag parse_tokens parse_int parse_float cli_load_config config_set trim_copy"
     [safetensors]="st_parse_buffer st_parse_header parse_entry parse_metadata check_layout json_u64 st_find"
     [index]="read_index checkpoint_open bad_shard_name checkpoint_find find_exact"

@@ -1,4 +1,4 @@
-#include "json_keys.h"
+#include "json_object.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -24,6 +24,18 @@ static int check_keys(const cJSON *v, const char *path, const char *name, char *
     return 0;
 }
 
-int json_check_unique_keys(const cJSON *v, const char *name, char *err) {
-    return check_keys(v, "", name, err);
+cJSON *json_parse_object(const char *text, size_t len, const char *name, char *err) {
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    if (!root) {
+        const char *at = cJSON_GetErrorPtr();
+        long off = at && at >= text && at <= text + len ? (long)(at - text) : -1;
+        k25_err(err, "%s: invalid JSON (near byte %ld)", name, off);
+        return NULL;
+    }
+    if (!cJSON_IsObject(root))
+        k25_err(err, "%s: expected a JSON object", name);
+    else if (!check_keys(root, "", name, err))
+        return root;
+    cJSON_Delete(root);
+    return NULL;
 }
