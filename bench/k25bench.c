@@ -32,6 +32,7 @@
 #include "engine.h"
 #include "instance.h"
 #include "kernel_trace.h"
+#include "out_file.h"
 #include "op_profile.h"
 #include "pipeline.h"
 #include "serve_metrics.h"
@@ -158,12 +159,9 @@ static int parse_args(int argc, char **argv, bench_args *a, char *err) {
         } else if (!strcmp(f, "--config")) {
             a->config_file = val;
         } else if (!strcmp(f, "--synthetic")) {
-            char *end;
-            errno = 0;
-            unsigned long long s = strtoull(val, &end, 10);
-            if (errno || end == val || *end) return k25_err(err, "--synthetic: bad seed '%s'", val);
+            if (k25_parse_seed(val, &a->synth_seed))
+                return k25_err(err, "--synthetic: '%s' is not a non-negative integer seed", val);
             a->synthetic = 1;
-            a->synth_seed = s;
         } else if (!strcmp(f, "--set")) {
             if (a->n_sets == MAX_SETS) return k25_err(err, "--set: more than %d", MAX_SETS);
             a->sets[a->n_sets++] = val;
@@ -568,17 +566,6 @@ static int find_plotter(char *script, size_t cap, char *err) {
     if (run_line("python3 -c 'import matplotlib' >/dev/null 2>&1 && echo yes", out, sizeof out) ||
         strcmp(out, "yes"))
         return k25_err(err, "python3 with matplotlib not found (pip install matplotlib)");
-    return 0;
-}
-
-// Whether FILE can be created where it is asked (its directory exists and is writable).
-static int check_writable(const char *path, char *err) {
-    char tmp[PATH_MAX];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) return k25_err(err, "cannot write %s: %s", tmp, strerror(errno));
-    fclose(f);
-    unlink(tmp);
     return 0;
 }
 
@@ -1018,21 +1005,16 @@ static char *level_json(const level_result *r, const run_desc *d, const bench_ar
     return s;
 }
 
-// All lines so far into path, atomically (path.tmp, then rename): a killed run keeps the
-// levels it finished.
-static void write_json(const char *path, char **lines, int n) {
-    char tmp[PATH_MAX];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        k25_log("k25bench: warning: cannot write %s: %s\n", tmp, strerror(errno));
-        return;
-    }
-    for (int i = 0; i < n; i++) fprintf(f, "%s\n", lines[i]);
-    int ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
-    ok &= fclose(f) == 0;
-    if (!ok || rename(tmp, path) != 0)
-        k25_log("k25bench: warning: writing %s failed: %s\n", path, strerror(errno));
+// All lines so far into path, whole (src/out_file.h): a killed run keeps the levels it
+// finished. A device or a pipe cannot be replaced, only appended to: it gets the new lines.
+static int write_json(const char *path, char **lines, int n, int *n_written, char *err) {
+    k25_out_file o;
+    if (out_file_open(&o, path, "--json", 0, err)) return -1;
+    for (int i = out_file_in_place(&o) ? *n_written : 0; i < n; i++)
+        fprintf(o.f, "%s\n", lines[i]);
+    if (out_file_commit(&o, err)) return -1;
+    *n_written = n;
+    return 0;
 }
 
 static void make_plot(const char *script, const char *json, const char *png) {
@@ -1245,10 +1227,10 @@ int main(int argc, char **argv) {
     char plot_script[PATH_MAX] = "";
     int do_plot = 0;
     if (d.world_rank == 0) {
-        if (a.json) ok = check_writable(a.json, err) == 0;
-        if (ok && a.plot) ok = check_writable(a.plot, err) == 0;
-        if (ok && a.trace) ok = check_writable(a.trace, err) == 0;
-        if (ok && a.phases) ok = check_writable(a.phases, err) == 0;
+        if (a.json) ok = out_file_check(a.json, "--json", err) == 0;
+        if (ok && a.plot) ok = out_file_check(a.plot, "--plot", err) == 0;
+        if (ok && a.trace) ok = out_file_check(a.trace, "--trace", err) == 0;
+        if (ok && a.phases) ok = out_file_check(a.phases, "--phases", err) == 0;
         if (ok && a.phases) ok = kernel_phases_built(err) == 0;
         if (ok && a.plot) {
             char why[K25_ERR_LEN];
@@ -1264,7 +1246,10 @@ int main(int argc, char **argv) {
     if (ok && a.trace && d.world_rank == 0) ok = kernel_trace_start(err) == 0;
     tracing = ok && a.trace && d.world_rank == 0;
     if (ok && a.phases && d.world_rank == 0) {
-        unlink(a.phases); // the run's stamps are appended to an empty file
+        // The run's stamps are appended to an empty file (truncated, not removed: it may be a
+        // device or a link).
+        FILE *f = fopen(a.phases, "w");
+        if (f) fclose(f);
         phases_path = a.phases;
     }
     agree_or_exit(&d, ok, err);
@@ -1312,6 +1297,8 @@ int main(int argc, char **argv) {
     stop_signal_install();
     level_result *res = k25_calloc(a.n_levels, sizeof *res);
     char **lines = k25_calloc(a.n_levels, sizeof(char *));
+    char json_err[K25_ERR_LEN] = ""; // rank 0: the first failed --json write
+    int json_lines = 0;
     int n_done = a.n_levels;
     for (int li = 0; li < a.n_levels; li++) {
         int conc = a.levels[li];
@@ -1343,7 +1330,9 @@ int main(int argc, char **argv) {
         if (d.world_rank == 0) {
             if (!a.profile_only) print_table_row(&res[li]);
             lines[li] = level_json(&res[li], &desc, &a, &cfg);
-            if (a.json) write_json(a.json, lines, li + 1);
+            if (a.json && !json_err[0] && write_json(a.json, lines, li + 1, &json_lines, json_err))
+                k25_log("k25bench: %s: the run goes on (its results are on stdout), then exits "
+                        "with this error\n", json_err);
         }
     }
 
@@ -1352,20 +1341,30 @@ int main(int argc, char **argv) {
         if (spec) print_spec_table(res, n_done, &a);
         if (do_plot) {
             if (a.json) {
-                make_plot(plot_script, a.json, a.plot);
+                if (!json_err[0]) make_plot(plot_script, a.json, a.plot);
             } else {
                 char tmp[] = "/tmp/k25bench-XXXXXX";
                 int fd = mkstemp(tmp);
+                int none = 0;
+                char why[K25_ERR_LEN];
                 if (fd >= 0) {
                     close(fd);
-                    write_json(tmp, lines, n_done);
-                    make_plot(plot_script, tmp, a.plot);
+                    if (write_json(tmp, lines, n_done, &none, why) == 0)
+                        make_plot(plot_script, tmp, a.plot);
+                    else
+                        k25_log("k25bench: warning: %s: no plot\n", why);
                     unlink(tmp);
                 }
             }
         }
     }
     if (a.trace) agree_or_exit(&d, !tracing || kernel_trace_finish(a.trace, err) == 0, err);
+    // Results that did not reach their file or stdout must not end in success.
+    ok = 1;
+    if (d.world_rank == 0)
+        ok = (json_err[0] ? k25_err(err, "%s", json_err)
+                          : k25_flush_check(stdout, "standard output", err)) == 0;
+    agree_or_exit(&d, ok, err);
     for (int i = 0; i < n_done; i++) cJSON_free(lines[i]), free(res[i].spec);
     free(lines);
     free(res);

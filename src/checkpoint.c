@@ -2,6 +2,7 @@
 #include "checkpoint.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -272,4 +273,40 @@ static int file_lookup(void *ctx, k25_tensor *t, char *err) {
 k25_tensor_source checkpoint_source(k25_checkpoint *ck) {
     k25_tensor_source s = {ck, file_lookup};
     return s;
+}
+
+// mkdir -p
+static int make_dirs(const char *dir) {
+    char *p = k25_strdup(dir);
+    int rc = 0;
+    for (char *s = p + 1; rc == 0 && *s; s++)
+        if (*s == '/') {
+            *s = 0;
+            if (mkdir(p, 0755) != 0 && errno != EEXIST) rc = -1;
+            *s = '/';
+        }
+    if (rc == 0 && mkdir(p, 0755) != 0 && errno != EEXIST) rc = -1;
+    free(p);
+    return rc;
+}
+
+int checkpoint_dir_fresh(const char *dir, char *err) {
+    if (!*dir) return k25_err(err, "the output directory's name is empty");
+    if (make_dirs(dir) != 0)
+        return k25_err(err, "%s: cannot create directory: %s", dir, strerror(errno));
+    DIR *d = opendir(dir);
+    if (!d) return k25_err(err, "%s: cannot open directory: %s", dir, strerror(errno));
+    struct dirent *e;
+    const char *held = NULL;
+    while (!held && (e = readdir(d))) {
+        size_t n = strlen(e->d_name), s = strlen(".safetensors");
+        if (!strcmp(e->d_name, CKPT_INDEX_FILE) || !strcmp(e->d_name, "config.json") ||
+            (n > s && !strcmp(e->d_name + n - s, ".safetensors")))
+            held = e->d_name;
+    }
+    int rc = held ? k25_err(err, "%s already holds a checkpoint (%s); remove it or write elsewhere",
+                            dir, held)
+                  : 0;
+    closedir(d);
+    return rc;
 }

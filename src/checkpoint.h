@@ -30,6 +30,10 @@ typedef struct k25_checkpoint {
 extern "C" {
 #endif
 
+// A directory to write a new checkpoint into, created when absent; -1 when it already holds a
+// checkpoint (config.json, the index or a .safetensors shard), whose stale files would mix with
+// the new ones (or be overwritten: a draft head written over a model).
+int checkpoint_dir_fresh(const char *dir, char *err);
 // Opens dir; NULL with err naming the file (index, missing or bad shard) on failure.
 k25_checkpoint *checkpoint_open(const char *dir, char *err);
 void checkpoint_close(k25_checkpoint *ck);

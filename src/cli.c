@@ -254,6 +254,7 @@ int cli_parse(int argc, char **argv, k25_cli *o, char *err) {
     o->spec_k = 3;
     o->think = 1;
     int rc = 0;
+    const char *run_flag = NULL, *think_flag = NULL; // for the checks of combinations below
     for (int i = 1; i < argc && rc == 0; i++) {
         const char *arg = argv[i], *val = NULL;
         const flag_def *f = find_flag(arg, &val);
@@ -273,19 +274,19 @@ int cli_parse(int argc, char **argv, k25_cli *o, char *err) {
             break;
         }
         const char *name = f->lng;
+        if (f->id == F_THINK) think_flag = name;
+        // What the tokenizer tools take; any other option is for a decode.
+        if (!run_flag && f->id != F_TOKENIZER && f->id != F_TOK_PATTERN && f->id != F_TOKENIZE &&
+            f->id != F_DETOKENIZE && f->id != F_HELP && f->id != F_VERBOSE)
+            run_flag = arg;
         switch (f->id) {
         case F_MODEL: o->model_dir = val; break;
         case F_CONFIG: o->config_file = val; break;
-        case F_SYNTH: {
-            char *end;
-            errno = 0;
-            unsigned long long s = strtoull(val, &end, 10);
-            if (!*val || *end || errno || val[0] == '-')
+        case F_SYNTH:
+            if (k25_parse_seed(val, &o->synth_seed))
                 rc = k25_err(err, "--synthetic: \"%s\" is not a non-negative integer seed", val);
             o->synthetic = 1;
-            o->synth_seed = s;
             break;
-        }
         case F_SET:
             if (o->n_sets == CLI_MAX_SETS) rc = k25_err(err, "too many --set (at most %d)", CLI_MAX_SETS);
             else if (!strchr(val, '=') || !strchr(val, '.'))
@@ -334,7 +335,12 @@ int cli_parse(int argc, char **argv, k25_cli *o, char *err) {
         }
     }
     if (rc == 0 && !o->help && (o->tokenize || o->detokenize)) {
-        if (o->tokenize && o->detokenize) rc = k25_err(err, "--tokenize and --detokenize exclude each other");
+        if (o->tokenize && o->detokenize)
+            rc = k25_err(err, "--tokenize and --detokenize exclude each other");
+        else if (run_flag)
+            rc = k25_err(err, "%s does not apply to %s (it reads stdin and takes only --tokenizer "
+                         "and --tokenizer-pattern)", run_flag,
+                         o->tokenize ? "--tokenize" : "--detokenize");
     } else if (rc == 0 && !o->help) {
         if (o->model_dir && o->config_file)
             rc = k25_err(err, "--model and --config exclude each other");
@@ -352,6 +358,8 @@ int cli_parse(int argc, char **argv, k25_cli *o, char *err) {
             rc = k25_err(err, "--chat needs the user's message as -p TEXT");
         else if (!o->chat && o->system)
             rc = k25_err(err, "--system needs --chat");
+        else if (!o->chat && think_flag)
+            rc = k25_err(err, "--think needs --chat");
     }
     if (!o->model_dir) o->synthetic = 1; // the built-in model or --config: generated weights
     if (rc) cli_free(o);

@@ -118,6 +118,23 @@ int k25_parse_long(const char *s, long lo, long hi, long *out) {
     return 0;
 }
 
+int k25_flush_check(FILE *f, const char *what, char *err) {
+    errno = 0;
+    if (fflush(f) == 0 && !ferror(f)) return 0;
+    int e = errno;
+    return k25_err(err, "writing %s failed%s%s", what, e ? ": " : "", e ? strerror(e) : "");
+}
+
+int k25_parse_seed(const char *s, uint64_t *out) {
+    if (*s < '0' || *s > '9') return -1; // strtoull would take a sign or spaces
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end) return -1;
+    *out = (uint64_t)v;
+    return 0;
+}
+
 char *k25_read_file(const char *path, size_t *len, char *err) {
     FILE *f = fopen(path, "rb");
     if (!f) {

@@ -53,6 +53,12 @@ double k25_now_ms(void);                 // monotonic clock
 int k25_err(char *err, const char *fmt, ...) K25_PRINTF(2, 3);
 // A whole decimal string s as a number in lo..hi: 0, or -1 (empty, trailing text, out of range).
 int k25_parse_long(const char *s, long lo, long hi, long *out);
+// A synthetic-weights seed: whole decimal digits (no sign, no octal or hex) within 64 bits; 0
+// or -1. Every tool reads a seed this way, so that one SEED names the same weights everywhere.
+int k25_parse_seed(const char *s, uint64_t *out);
+// Flushes f: -1 with err naming `what` and the reason when that or an earlier write to f failed
+// (a full disk, a closed pipe), so that a program never reports success over lost output.
+int k25_flush_check(FILE *f, const char *what, char *err);
 // A whole file in a NUL-terminated buffer (*len, when given, without the NUL), to free; NULL
 // with err set ("PATH: cannot open: ..." or "PATH: read error") when it cannot be read.
 char *k25_read_file(const char *path, size_t *len, char *err);

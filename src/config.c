@@ -635,6 +635,14 @@ static int hf_load(k25_config *c, const char *json, size_t len, const char *name
         tc = text;
         h.prefix = "text_config.";
     }
+    // A draft head's config.json lacks the model's keys; say what it is rather than which key.
+    const cJSON *arch = jget(root, "architectures");
+    const cJSON *a0 = cJSON_IsArray(arch) ? arch->child : NULL;
+    if (cJSON_IsString(a0) && !strncmp(a0->valuestring, "Eagle", 5)) {
+        k25_err(err, "%s: %s is an EAGLE draft head, not a model: give its directory as "
+                "--spec-draft eagle3:DIR", name, a0->valuestring);
+        goto done;
+    }
     const cJSON *tmt = jget(tc, "model_type");
     if (tmt && !(cJSON_IsString(tmt) && (!strcmp(tmt->valuestring, "deepseek_v3") ||
                                          !strcmp(tmt->valuestring, "kimi_k2")))) {

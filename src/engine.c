@@ -211,11 +211,13 @@ int engine_submit(k25_engine *e, const k25_request *r, char *err) {
         if (r->prompt[i] < 0 || r->prompt[i] >= e->cfg->vocab)
             return k25_err(err, "request %d: prompt token %d is %d, outside the vocabulary "
                                 "0..%d", e->n_req, i, r->prompt[i], e->cfg->vocab - 1);
-    int len = cache_len(r->n_prompt, r->max_new);
-    if (len > e->o.ctx_size)
-        return k25_err(err, "request %d: %d prompt + %d new tokens need %d positions, more than "
-                            "ctx_size %d", e->n_req, r->n_prompt, r->max_new, len,
+    // in 64 bits: max_new may be as large as INT_MAX
+    long long need = (long long)r->n_prompt + r->max_new - 1;
+    if (need > e->o.ctx_size)
+        return k25_err(err, "request %d: %d prompt + %d new tokens need %lld positions, more "
+                            "than ctx_size %d", e->n_req, r->n_prompt, r->max_new, need,
                        e->o.ctx_size);
+    int len = cache_len(r->n_prompt, r->max_new);
     if (!kvcache_fits(&e->kv, len))
         return k25_err(err, "request %d: %d cache positions need %d blocks, the cache has %d",
                        e->n_req, len, kvcache_blocks_for(&e->kv, len), e->kv.n_blocks);
@@ -425,23 +427,27 @@ static void drop_finished(k25_engine *e) {
     e->n_run = k;
 }
 
-// The tokens of group g's previous step (pipelined steps), handed out.
-static void collect(k25_engine *e, int g) {
+// The tokens of group g's previous step (pipelined steps), handed out; how many.
+static int collect(k25_engine *e, int g) {
     pending_step *p = &e->pend[g];
-    if (!p->ns) return;
+    int n = p->ns;
+    if (!n) return 0;
     MPI_CHECK(MPI_Wait(&p->req, MPI_STATUS_IGNORE));
     double now = k25_now_ms();
-    for (int j = 0; j < p->ns; j++) hand_out(e, e->req[p->req_id[j]], p->out[j], now);
+    for (int j = 0; j < n; j++) hand_out(e, e->req[p->req_id[j]], p->out[j], now);
     p->ns = 0;
     drop_finished(e);
+    return n;
 }
 
 int engine_step(k25_engine *e) {
     const int g = (int)(e->steps % e->n_groups), grouped = e->n_groups > 1;
-    if (grouped) collect(e, g);
+    // Handing out a pipelined step's last tokens is work too: a driver that stops at 0 must
+    // see them (and may submit more before the next call).
+    int handed = grouped ? collect(e, g) : 0;
     double t_start = k25_now_ms();
     admit(e, t_start);
-    if (e->n_run == 0) return 0;
+    if (e->n_run == 0) return handed > 0;
 
     // Decode rows first: one per sequence past its prompt, feeding its last token. With
     // pipelined steps only the sequences of group g take part.

@@ -101,7 +101,8 @@ void engine_set_token_fn(k25_engine *e, k25_token_fn fn, void *ctx);
 // ctx_size or than the whole cache).
 int engine_submit(k25_engine *e, const k25_request *r, char *err);
 // One step: admit waiting requests, form the batch, model_step, hand out tokens, retire
-// finished sequences. Returns 1 when a step ran, 0 when there was nothing to do.
+// finished sequences. Returns 1 when a step ran or tokens were handed out (with pipelined
+// steps, a group's last ones), 0 when there was nothing to do.
 int engine_step(k25_engine *e);
 // Steps until every submitted request has finished.
 void engine_run(k25_engine *e);

@@ -8,9 +8,11 @@
 // draw does not depend on how the prompt was chunked or on which other rows were sampled.
 #include "generate.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "out_file.h"
 #include "spec.h"
 #include "stop_signal.h"
 
@@ -30,11 +32,20 @@ int gen_encode_prompt(const k25_text_codec *codec, const char *text, int32_t **i
 
 int gen_has_text(const k25_text_codec *codec) { return codec->decode != NULL; }
 
-// What rank 0 prints: ids separated by spaces, or text streamed through the detokenizer.
+// What rank 0 prints: ids separated by spaces, or text streamed through the detokenizer. A
+// failed write (a full disk, a closed pipe) stops the printing and, one step later, the run.
 typedef struct out_stream {
     int active, ids, n;
+    int failed; // errno of the first failed write, or -1 when it gave none
     const k25_text_codec *codec;
 } out_stream;
+
+static void out_flush(out_stream *s) {
+    errno = 0;
+    if (fflush(stdout) == 0 && !ferror(stdout)) return;
+    s->failed = errno ? errno : -1;
+    s->active = 0;
+}
 
 static void out_token(out_stream *s, int32_t id) {
     if (!s->active) return;
@@ -44,7 +55,7 @@ static void out_token(out_stream *s, int32_t id) {
         char buf[1 << 16];
         fwrite(buf, 1, s->codec->decode(s->codec->ctx, id, buf, sizeof buf), stdout);
     }
-    fflush(stdout);
+    out_flush(s);
 }
 
 static void out_end(out_stream *s) {
@@ -54,7 +65,7 @@ static void out_end(out_stream *s) {
         fwrite(buf, 1, s->codec->flush(s->codec->ctx, buf, sizeof buf), stdout);
     }
     putchar('\n');
-    fflush(stdout);
+    out_flush(s);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -62,10 +73,8 @@ static void out_end(out_stream *s) {
 // ------------------------------------------------------------------------------------------
 
 typedef struct dump_file {
-    FILE *f;
-    char *path, *tmp;
+    k25_out_file out;
     uint32_t n_rows;
-    int failed;
 } dump_file;
 
 static void put_u32(FILE *f, uint32_t v) {
@@ -76,46 +85,39 @@ static void put_u32(FILE *f, uint32_t v) {
 
 static int dump_open(dump_file *d, const char *path, int vocab, char *err) {
     memset(d, 0, sizeof *d);
-    d->path = k25_strdup(path);
-    d->tmp = k25_malloc(strlen(path) + 8);
-    sprintf(d->tmp, "%s.tmp", path);
-    d->f = fopen(d->tmp, "wb");
-    if (!d->f) return k25_err(err, "--dump-logits: cannot create %s", d->tmp);
-    fwrite("K25LOGIT", 1, 8, d->f);
-    put_u32(d->f, 1);
-    put_u32(d->f, (uint32_t)vocab);
-    put_u32(d->f, 0); // n_rows, rewritten at the end
-    put_u32(d->f, 0);
+    if (out_file_open(&d->out, path, "--dump-logits", 1, err)) return -1;
+    FILE *f = d->out.f;
+    fwrite("K25LOGIT", 1, 8, f);
+    put_u32(f, 1);
+    put_u32(f, (uint32_t)vocab);
+    put_u32(f, 0); // n_rows, rewritten at the end
+    put_u32(f, 0);
     return 0;
 }
 
 // One record: position, the token fed there, logits[vocab] (little-endian float32).
 static void dump_row(dump_file *d, int pos, int token, const float *logits, int vocab) {
-    if (!d->f) return;
-    put_u32(d->f, (uint32_t)pos);
-    put_u32(d->f, (uint32_t)token);
+    FILE *f = d->out.f;
+    if (!f) return;
+    put_u32(f, (uint32_t)pos);
+    put_u32(f, (uint32_t)token);
     for (int i = 0; i < vocab; i++) {
         uint32_t u;
         memcpy(&u, &logits[i], 4);
-        put_u32(d->f, u);
+        put_u32(f, u);
     }
     d->n_rows++;
 }
 
 static int dump_close(dump_file *d, char *err) {
-    int rc = 0;
-    if (d->f) {
-        if (fseek(d->f, 16, SEEK_SET) == 0) put_u32(d->f, d->n_rows);
-        else d->failed = 1;
-        if (ferror(d->f)) d->failed = 1;
-        if (fclose(d->f)) d->failed = 1;
-        if (d->failed) rc = k25_err(err, "--dump-logits: writing %s failed", d->tmp);
-        else if (rename(d->tmp, d->path))
-            rc = k25_err(err, "--dump-logits: cannot rename %s to %s", d->tmp, d->path);
+    FILE *f = d->out.f;
+    if (!f) return 0;
+    if (fseek(f, 16, SEEK_SET) != 0) {
+        out_file_abandon(&d->out);
+        return k25_err(err, "--dump-logits: cannot rewind to write the row count");
     }
-    free(d->path);
-    free(d->tmp);
-    return rc;
+    put_u32(f, d->n_rows);
+    return out_file_commit(&d->out, err);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -139,7 +141,7 @@ int generate(k25_model *m, const k25_config *cfg, const k25_dist *dist,
     int ok = 1;
     if (o->dump_logits && rank0) ok = dump_open(&dump, o->dump_logits, V, derr) == 0;
     if (!dist_all_ok(dist, ok)) {
-        dump_close(&dump, NULL);
+        out_file_abandon(&dump.out);
         if (rank0) snprintf(err, K25_ERR_LEN, "%s", derr);
         else k25_err(err, "--dump-logits failed on rank 0");
         return -1;
@@ -161,7 +163,8 @@ int generate(k25_model *m, const k25_config *cfg, const k25_dist *dist,
     int32_t *sampled = k25_malloc(sizeof(int32_t) * (size_t)chunk);
     k25_sampling *params = k25_malloc(sizeof(k25_sampling) * (size_t)chunk);
     float *logits = o->dump_logits ? k25_malloc(sizeof(float) * (size_t)chunk * V) : NULL;
-    int cap = o->n_predict >= 0 ? o->n_predict : o->ctx_size - n_prompt + 1;
+    int room = o->ctx_size - n_prompt + 1; // the last token needs no cache position
+    int cap = o->n_predict >= 0 && o->n_predict < room ? o->n_predict : room;
     res->tokens = k25_malloc(sizeof(int32_t) * (size_t)(cap + 1));
 
     out_stream out = {.active = rank0, .ids = o->print_ids || !gen_has_text(codec), .codec = codec};
@@ -219,8 +222,9 @@ int generate(k25_model *m, const k25_config *cfg, const k25_dist *dist,
             break;
         }
         if (o->n_predict >= 0 && res->n_tokens >= o->n_predict) break;
-        if (stop_signal_any(dist)) {
-            res->stopped_signal = 1;
+        int stop = stop_reasons_any(dist, out.failed ? K25_STOP_OUTPUT : 0);
+        if (stop) {
+            res->stopped_signal = (stop & K25_STOP_SIGNAL) != 0;
             break;
         }
         int p = n_prompt + res->n_tokens - 1;
@@ -264,10 +268,15 @@ int generate(k25_model *m, const k25_config *cfg, const k25_dist *dist,
     if (o->spec) spec_detach(o->spec);
     out_end(&out);
 
+    // Output that was lost must not end in success.
     int rc = 0;
     if (rank0 && o->dump_logits) rc = dump_close(&dump, err);
+    if (rank0 && out.failed)
+        rc = k25_err(err, "writing standard output failed%s%s after %d token%s",
+                      out.failed > 0 ? ": " : "", out.failed > 0 ? strerror(out.failed) : "",
+                      res->n_tokens, res->n_tokens == 1 ? "" : "s");
     if (!dist_all_ok(dist, rc == 0)) {
-        if (!rank0) k25_err(err, "--dump-logits failed on rank 0");
+        if (!rank0) k25_err(err, "writing the output failed on rank 0");
         rc = -1;
     }
     free(spec_logits);

@@ -5,6 +5,7 @@
 // rank alike; each check that could differ between ranks (a file readable on one node only) is
 // agreed on collectively before anyone moves on, so every failure exits non-zero on all ranks
 // instead of leaving some waiting in a collective.
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -113,8 +114,11 @@ static int chat_prompt(const k25_cli *o, const tok_codec *tc, k25_config *cfg, i
     if (chat_render(tc->tok, o->system, o->prompt, o->think, ids, &m, err)) return -1;
     *n = (int)m;
     int end = tokenizer_special_id(tc->tok, "<|im_end|>");
-    if (end >= 0 && !config_is_eos(cfg, end) && cfg->eos_ids_n < K25_CFG_INTS_MAX)
-        cfg->eos_ids[cfg->eos_ids_n++] = end;
+    if (end < 0 || config_is_eos(cfg, end)) return 0;
+    if (cfg->eos_ids_n == K25_CFG_INTS_MAX) // else the reply would run on past its turn
+        return k25_err(err, "--chat: the stop set already holds %d ids (tokens.eos_token_ids), "
+                       "no room for <|im_end|> (%d)", K25_CFG_INTS_MAX, end);
+    cfg->eos_ids[cfg->eos_ids_n++] = end;
     return 0;
 }
 
@@ -170,6 +174,7 @@ static int dump_config(const k25_dist *d, const k25_config *c, char *err) {
         config_dump(c, stdout);
         printf("\n; pipeline: %d stage%s\n", c->pp, c->pp > 1 ? "s" : "");
         pipeline_print(stdout, ";   ", c, c->pp, first, 0);
+        rc = k25_flush_check(stdout, "standard output", err);
     }
     free(first);
     return rc;
@@ -191,6 +196,19 @@ static void print_timings(double load_ms, const k25_gen_result *r) {
             r->n_prompt + r->n_tokens);
 }
 
+// The rank a launcher (mpirun, srun) gave this process, before MPI is up; -1 when none did. The
+// tokenizer tools run without MPI: started by a launcher anyway, only its first process
+// answers (the one that mpirun gives stdin to), instead of every process printing a line.
+static int launched_rank(void) {
+    const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        long r;
+        const char *v = getenv(vars[i]);
+        if (v && k25_parse_long(v, 0, INT_MAX, &r) == 0) return (int)r;
+    }
+    return -1;
+}
+
 // ------------------------------------------------------------------------------------------
 // main
 // ------------------------------------------------------------------------------------------
@@ -202,12 +220,13 @@ int main(int argc, char **argv) {
     // ---- command line (identical on every rank); the tokenizer tools run without MPI ----
     k25_cli o;
     int parse_rc = cli_parse(argc, argv, &o, err);
+    if (parse_rc == 0 && !o.help && (o.tokenize || o.detokenize) && launched_rank() > 0)
+        return 0;
     if (parse_rc == 0 && !o.help && (o.tokenize || o.detokenize))
         return o.tokenize ? tokenizer_cli_tokenize(o.tokenizer_file, o.tokenizer_pattern, stdin, stdout)
                           : tokenizer_cli_detokenize(o.tokenizer_file, o.tokenizer_pattern, stdin, stdout);
     k25_dist d;
     dist_init(&d, &argc, &argv);
-    stop_signal_install();
     if (parse_rc) {
         if (d.world_rank == 0) fprintf(stderr, "k25dec: error: %s\nTry 'k25dec --help'.\n", err);
         dist_finalize(&d);
@@ -215,6 +234,8 @@ int main(int argc, char **argv) {
     }
     if (o.help) {
         if (d.world_rank == 0) cli_usage(stdout);
+        agree_or_exit(&d, d.world_rank || k25_flush_check(stdout, "standard output", err) == 0,
+                      err);
         dist_finalize(&d);
         return 0;
     }
@@ -252,6 +273,9 @@ int main(int argc, char **argv) {
         if (prompt[i] < 0 || prompt[i] >= cfg.vocab)
             ok = k25_err(err, "prompt token %d (at %d) is outside the vocabulary (0..%d)",
                          prompt[i], i, cfg.vocab - 1) == 0;
+    if (ok && n_prompt == 0 && o.prompt && *o.prompt)
+        ok = k25_err(err, "the prompt (%zu bytes) encodes to no tokens: the pre-tokenizer pattern "
+                     "matches none of it (see --tokenizer-pattern)", strlen(o.prompt)) == 0;
     if (ok && n_prompt == 0) ok = k25_err(err, "the prompt is empty") == 0;
     if (ok && n_prompt > cfg.ctx_size)
         ok = k25_err(err, "the prompt has %d tokens, more than the context of %d (raise it with "
@@ -295,6 +319,9 @@ int main(int argc, char **argv) {
     }
 
     // ---- generate ----
+    // Only now does a signal wait for the step to end: before, there is no output to finish,
+    // and a checkpoint's load takes minutes (the default action ends it at once).
+    stop_signal_install();
     int n_predict = o.has_n_predict ? o.n_predict : cfg.n_predict;
     int room = cfg.ctx_size - n_prompt + 1; // the last token needs no cache position
     if (n_predict > room)

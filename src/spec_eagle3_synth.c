@@ -11,6 +11,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "checkpoint.h"
 #include "safetensors.h"
 #include "spec.h"
 #include "synth.h"
@@ -155,8 +156,7 @@ int spec_eagle3_write_synthetic(const char *dir, const k25_config *t, const k25_
         if (o->aux_ids[i] < -1 || o->aux_ids[i] >= t->n_layers)
             return k25_err(err, "aux layer id %d outside the target's %d layers", o->aux_ids[i],
                            t->n_layers);
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return k25_err(err, "%s: cannot create directory: %s", dir, strerror(errno));
+    if (checkpoint_dir_fresh(dir, err)) return -1;
 
     int64_t D = t->hidden, H = t->n_heads, ql = t->q_lora_rank;
     int64_t dq = t->qk_nope_dim + t->qk_rope_dim, nv = t->qk_nope_dim + t->v_head_dim;

@@ -22,9 +22,12 @@ void stop_signal_install(void) {
 
 int stop_signal_seen(void) { return seen != 0; }
 
-int stop_signal_any(const k25_dist *d) {
-    int mine = seen != 0, any = mine;
+int stop_reasons_any(const k25_dist *d, int mine) {
+    if (seen) mine |= K25_STOP_SIGNAL;
+    int any = mine;
     if (d && d->world_size > 1)
-        MPI_CHECK(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_LOR, d->world));
+        MPI_CHECK(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_BOR, d->world));
     return any;
 }
+
+int stop_signal_any(const k25_dist *d) { return (stop_reasons_any(d, 0) & K25_STOP_SIGNAL) != 0; }

@@ -42,6 +42,14 @@ static k25_tokenizer *open_tokenizer(const char *tokfile, const char *pattern) {
     return t;
 }
 
+// The exit status: 1 when the work failed (rc) or its output did not reach `out`.
+static int output_done(FILE *out, const char *what, int rc) {
+    char err[K25_ERR_LEN];
+    if (k25_flush_check(out, "the output", err) == 0) return rc ? 1 : 0;
+    fprintf(stderr, "k25dec: %s: %s\n", what, err);
+    return 1;
+}
+
 int tokenizer_cli_tokenize(const char *tokfile, const char *pattern, FILE *in, FILE *out) {
     k25_tokenizer *t = open_tokenizer(tokfile, pattern);
     if (!t) return 1;
@@ -64,7 +72,7 @@ int tokenizer_cli_tokenize(const char *tokfile, const char *pattern, FILE *in, F
     fputc('\n', out);
     free(ids);
     tokenizer_free(t);
-    return ferror(out) ? 1 : 0;
+    return output_done(out, "--tokenize", 0);
 }
 
 int tokenizer_cli_detokenize(const char *tokfile, const char *pattern, FILE *in, FILE *out) {
@@ -115,5 +123,5 @@ int tokenizer_cli_detokenize(const char *tokfile, const char *pattern, FILE *in,
     fwrite(buf, 1, w, out);
     free(text);
     tokenizer_free(t);
-    return rc || ferror(out) ? 1 : 0;
+    return output_done(out, "--detokenize", rc);
 }

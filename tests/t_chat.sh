@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # --chat end to end: the prompt k25dec decodes from equals the tokenizer's encoding of Kimi's
 # chat template written out as text (special tokens recognized), with and without a system
-# message and thinking; --chat without a tokenizer and --system without --chat are refused.
+# message and thinking; --chat without a tokenizer, --system without --chat and a stop set with
+# no room for <|im_end|> are refused.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -33,4 +34,10 @@ else echo "FAIL: unexpected message: $(cat "$tmp/e1")"; fail=1; fi
 if ./k25dec --system x -p hi >"$tmp/e2" 2>&1; then echo "FAIL: --system without --chat ran"; fail=1
 elif grep -q "needs --chat" "$tmp/e2"; then echo "ok   --system without --chat refused"
 else echo "FAIL: unexpected message: $(cat "$tmp/e2")"; fail=1; fi
+# A stop set with no room left for <|im_end|>: refused, not a reply that runs past its turn
+full=(--set "model.vocab_size=6512" --set "tokens.eos_token_ids=6257,1,2,3,4,5,6,7")
+if timeout 60 ./k25dec --tokenizer "$tok" "${full[@]}" --chat -p hi -n 2 >"$tmp/e3" 2>&1; then
+    echo "FAIL: --chat with a full stop set ran"; fail=1
+elif grep -q "no room for <|im_end|>" "$tmp/e3"; then echo "ok   --chat with a full stop set refused"
+else echo "FAIL: unexpected message: $(cat "$tmp/e3")"; fail=1; fi
 exit $fail

@@ -6,7 +6,10 @@
 # shard; and a manifest asked for a directory without shards. Loading goes through
 # `test_weights --load` (checkpoint_open + weights_plan), CRC checks through
 # `test_weights --verify`; when ./k25dec is built, 2-rank runs on the damaged copies must exit
-# non-zero (no rank left hanging) with the same message.
+# non-zero (no rank left hanging) with the same message. The writers refuse what would lose or
+# mix data: a directory that already holds a checkpoint (k25-mkckpt and k25-mkeagle both), a
+# checkpoint larger than the free disk, a missing model or flags that contradict each other; a
+# seed means the same weights in every tool (decimal, no sign).
 set -u
 B=${K25_BUILD:-build}
 TW=$B/tests/test_weights
@@ -130,6 +133,71 @@ for n in 2x 0 99999999999 ''; do
     fi
 done
 echo "ok   bad --shards values (mkckpt)"
+
+# k25-mkckpt and k25-mkeagle refuse a directory that holds a checkpoint: the head's
+# config.json written over a model's made the model unloadable.
+mkdir -p "$tmp/parent"
+EG=./k25-mkeagle
+if [ -x "$EG" ]; then
+    sum=$(cat "$good/config.json" | md5sum)
+    out=$("$EG" --config config/tiny.ini --synthetic 1 --out "$good" 2>&1)
+    rc=$?
+    if [ $rc -eq 0 ] || [ "$(cat "$good/config.json" | md5sum)" != "$sum" ]; then
+        fail "k25-mkeagle over a checkpoint: exit $rc, config.json changed or not"
+    elif ! grep -qF -- "$good already holds a checkpoint" <<<"$out"; then
+        fail "k25-mkeagle over a checkpoint: message: $out"
+    else
+        echo "ok   k25-mkeagle over a checkpoint: $out"
+    fi
+    # a new directory, parents included, then the same refusal from k25-mkckpt over the head
+    "$EG" --config config/tiny.ini --synthetic 1 --out "$tmp/parent/a/eagle" 2>/dev/null ||
+        fail "k25-mkeagle into a new nested directory"
+    out=$("$MK" --config config/tiny.ini --synthetic 1 --out "$tmp/parent/a/eagle" 2>&1)
+    [ $? -ne 0 ] && grep -qF -- "already holds a checkpoint" <<<"$out" ||
+        fail "k25-mkckpt over an EAGLE head: $out"
+fi
+
+# Missing or contradicting options: a line naming the problem, exit 2, nothing written.
+for c in "no model: give --config|--synthetic 5 --out $tmp/parent/x" \
+         "missing --synthetic SEED|--config config/tiny.ini --out $tmp/parent/x" \
+         "missing --out DIR|--config config/tiny.ini --synthetic 5" \
+         "--single writes one file: it takes no --shards|--config config/tiny.ini --synthetic 5 --single --shards 2 --out $tmp/parent/x" \
+         "--manifest DIR takes no other option|--manifest $good --out $tmp/parent/x"; do
+    read -ra args <<<"${c#*|}"
+    out=$("$MK" "${args[@]}" 2>&1)
+    rc=$?
+    if [ $rc -ne 2 ] || [ -e "$tmp/parent/x" ] || ! grep -qF -- "k25-mkckpt: error: ${c%%|*}" <<<"$out"; then
+        fail "k25-mkckpt ${c#*|}: exit $rc, message: $(head -1 <<<"$out")"
+    fi
+done
+echo "ok   missing or contradicting k25-mkckpt options"
+
+# A checkpoint larger than the free space is refused before the first byte (the full model:
+# 594 GB). Skipped where that much is free.
+free_kb=$(df -Pk "$tmp" | awk 'NR == 2 {print $4}')
+if [ "${free_kb:-0}" -lt $((590 * 1000 * 1000)) ]; then
+    out=$("$MK" --config config/kimi_k25.ini --synthetic 1 --out "$tmp/parent/full" 2>&1)
+    rc=$?
+    if [ $rc -eq 0 ] || ! grep -qE -- "the checkpoint needs 594\.[0-9]+ GB, the file system has [0-9.]+ GB free" <<<"$out"; then
+        fail "k25-mkckpt of the full model on a small disk: exit $rc, $out"
+    elif [ -n "$(ls -A "$tmp/parent/full")" ]; then
+        fail "k25-mkckpt of the full model on a small disk wrote files"
+    else
+        echo "ok   full model on a small disk: $out"
+    fi
+else
+    echo "skip free-space check: ${free_kb} kB free"
+fi
+
+# A seed is decimal in every tool: 010 is 10 (k25-mkckpt read it as octal 8); a sign is refused.
+"$MK" --config config/tiny.ini --synthetic 010 --out "$tmp/seed010" 2>/dev/null &&
+    "$TW" --check "$tmp/seed010" 10 >/dev/null || fail "k25-mkckpt --synthetic 010 is not seed 10"
+for s in -1 +5 " 5" 0x10 18446744073709551616; do
+    out=$("$MK" --config config/tiny.ini --synthetic "$s" --out "$tmp/parent/s" 2>&1)
+    [ $? -ne 0 ] && grep -qF -- "--synthetic: '$s' is not a non-negative integer seed" <<<"$out" ||
+        fail "k25-mkckpt --synthetic '$s': $out"
+done
+echo "ok   seeds: 010 is 10, signs, spaces, hex and 2^64 refused"
 
 d=$(copy nomanifest)
 rm "$d/k25-manifest.crc32"

@@ -56,6 +56,10 @@ expect_fail 2 'add --synthetic SEED' --config config/tiny.ini -p hi
 expect_fail 2 'cannot open' --config /nonexistent.ini --synthetic 1 -p hi
 expect_fail 2 'model.no_such_key' --set model.no_such_key=1 -p hi
 expect_fail 2 'cannot create /nonexistent/x.bin.tmp' -p hi -n 2 --dump-logits /nonexistent/x.bin
+expect_fail 2 '--think needs --chat' -p hi --think off
+# a pattern that matches none of the text: no tokens, said so (not "the prompt is empty")
+expect_fail 2 'encodes to no tokens' --set model.vocab_size=6512 \
+    --tokenizer tests/data/tokenizer/tiktoken.model --tokenizer-pattern x -p hi
 
 # --backend cuda without a usable GPU (CPU-only build: "built without CUDA"; CUDA build on a
 # machine without a GPU: the backend's own fatal error) fails, without hanging
@@ -153,6 +157,19 @@ done
 if run 2 --tokens 1,2,3,4,5,6,7,8,9,10 -c 12 -n 8 && [ "$(wc -w <"$tmp/out")" -eq 3 ] &&
     grep -q 'context end' "$tmp/err"; then echo "ok   -n past the context stops at the context end"
 else bad "-n past the context"; cat "$tmp/out" "$tmp/err"; fi
+
+# -n at its largest: the token buffer was sized n + 1 (an int overflow, then a 16 EiB
+# allocation); the context bounds it: 2 prompt tokens, context 8 -> 7 tokens
+if run 2 --tokens 1,2 -c 8 -n 2147483647 && [ "$(wc -w <"$tmp/out")" -eq 7 ]; then
+    echo "ok   -n 2147483647 stops at the context end"
+else bad "-n 2147483647"; cat "$tmp/out" "$tmp/err"; fi
+
+# The tokenizer tools under mpirun: one answer (from the process that gets stdin), not one line
+# a process
+ids=$(printf 'Hello world' | timeout 60 mpirun -np 2 ./k25dec --tokenizer tests/data/tokenizer/tiktoken.model --tokenize)
+one=$(printf 'Hello world' | ./k25dec --tokenizer tests/data/tokenizer/tiktoken.model --tokenize)
+if [ -n "$one" ] && [ "$ids" = "$one" ]; then echo "ok   --tokenize under mpirun -np 2: one line, $ids"
+else bad "--tokenize under mpirun -np 2 printed '$ids', alone '$one'"; fi
 
 # EOS: make the second greedy token an end-of-sequence id; generation stops right after it
 run 1 --tokens 9,8,7 -n 6 && read -r -a toks <"$tmp/out"

@@ -7,6 +7,9 @@
 #      printed as a finished line: what had been streamed before the signal, completed and
 #      ended by "\n", equal to the first ids of an uninterrupted run (greedy decoding is
 #      deterministic, so a run with -n <that many> is the reference).
+#   3. SIGTERM to both ranks while they load the weights (what srun and scancel do): every
+#      process exits within 5 s, non-zero, instead of loading on (a real checkpoint takes
+#      minutes, and Slurm follows with SIGKILL after its KillWait).
 # Rank processes are found by an environment tag passed with `mpirun -x` plus Open MPI's
 # OMPI_COMM_WORLD_RANK, read from /proc/<pid>/environ.
 set -uo pipefail
@@ -48,6 +51,12 @@ wait_gone() {
         sleep 0.1
     done
     return 1
+}
+
+# The PIDs given that still run, each after a space (for messages).
+still_running() {
+    local p
+    for p in "$@"; do alive "$p" && echo -n " $p"; done
 }
 
 # PID of the rank with the given tag and world rank, or nothing.
@@ -101,7 +110,7 @@ if start kill; then
             bad "mpirun's output does not name the killed rank 1:"; cat "$tmp/kill.err"
         fi
     else
-        bad "after SIGKILL of rank 1, still running after 30 s:$(for p in "$mp" "$r0"; do alive "$p" && echo -n " $p"; done) (mpirun $mp, rank 0 $r0)"
+        bad "after SIGKILL of rank 1, still running after 30 s:$(still_running "$mp" "$r0") (mpirun $mp, rank 0 $r0)"
     fi
 else
     bad "case 1 did not start"
@@ -144,10 +153,50 @@ if start term; then
             fi
         fi
     else
-        bad "after SIGTERM to mpirun, still running after 30 s:$(for p in "$mp" "$r0" "$r1"; do alive "$p" && echo -n " $p"; done)"
+        bad "after SIGTERM to mpirun, still running after 30 s:$(still_running "$mp" "$r0" "$r1")"
     fi
 else
     bad "case 2 did not start"
+fi
+
+# ------------------------------------------------------------------------------------------
+# 3. SIGTERM to the ranks while loading
+# ------------------------------------------------------------------------------------------
+# A model whose synthetic weights take several seconds to build (about 1.2 GB a rank); the
+# signal goes out once rank 0 has logged the line printed just before loading (the built-in
+# model has no tokenizer, so a text prompt's bytes are its ids).
+big=(--config config/tiny.ini --synthetic 1 -p abc -n 1 --set model.n_routed_experts=384
+     --set model.moe_intermediate_size=512 --set model.hidden_size=1024
+     --set model.num_hidden_layers=8 "${extra[@]}")
+tag="k25rk.$$.load"
+mpirun -np 2 -x K25_RANK_KILL_TAG="$tag" "$bin" "${big[@]}" >"$tmp/load.out" 2>"$tmp/load.err" &
+mp=$!
+started+=("$mp")
+for _ in $(seq 600); do
+    grep -q "no tokenizer" "$tmp/load.err" && break
+    alive "$mp" || break
+    sleep 0.1
+done
+r0=$(rank_pid "$tag" 0)
+r1=$(rank_pid "$tag" 1)
+for p in $r0 $r1; do started+=("$p"); done
+if [ -n "$r0" ] && [ -n "$r1" ] && ! grep -q "load time" "$tmp/load.err"; then
+    kill -TERM "$r0" "$r1"
+    if wait_gone 5 "$mp" "$r0" "$r1"; then
+        wait "$mp"
+        rc=$?
+        if [ "$rc" -eq 0 ]; then
+            bad "mpirun exited 0 after SIGTERM to the loading ranks"
+        elif grep -q "load time" "$tmp/load.err"; then
+            bad "the ranks finished loading after SIGTERM instead of stopping"
+        else
+            echo "ok   SIGTERM to both ranks while loading: all gone within 5 s, mpirun rc $rc"
+        fi
+    else
+        bad "after SIGTERM to the loading ranks, still running after 5 s:$(still_running "$mp" "$r0" "$r1")"
+    fi
+else
+    bad "case 3 did not catch the ranks loading (ranks '$r0' '$r1'):"; cat "$tmp/load.err"
 fi
 
 [ $fail -eq 0 ] && echo "t_rank_kill: ok"

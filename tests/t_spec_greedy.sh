@@ -4,7 +4,8 @@
 # from k25-mkeagle) and two draft lengths prints the same ids and writes the same
 # --dump-logits file as without a draft, on 1 and 2 ranks. Then the engine with several
 # concurrent sequences (tests/test_spec_engine.c) and the EAGLE-3 head against its reference
-# (tests/test_spec_eagle3.c) on 2 ranks, and bad --spec-draft values failing on every rank.
+# (tests/test_spec_eagle3.c) on 2 ranks, and bad --spec-draft values (or a head given as the
+# model) failing on every rank.
 set -u
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 build=${K25_BUILD:-build}
@@ -59,4 +60,11 @@ for bad in nonsense model:/nonexistent "eagle3:$tmp" ngram:0; do
     grep -q 'error' "$tmp/err" || { cat "$tmp/err"; fail "--spec-draft $bad: no error message"; }
 done
 timeout 60 "$dec" --tokens 1,2 --spec-k 2 >/dev/null 2>&1 && fail "--spec-k without --spec-draft accepted"
+# A head given as the model is named as a head, with the option that takes it (it used to fail
+# on the first model key the head lacks)
+timeout 60 mpirun -np 2 "$dec" --model "$tmp/eagle" --tokens 1,2 >/dev/null 2>"$tmp/err" &&
+    fail "an EAGLE-3 head as --model accepted"
+grep -q "is an EAGLE draft head, not a model: give its directory as --spec-draft eagle3:DIR" "$tmp/err" ||
+    { cat "$tmp/err"; fail "an EAGLE-3 head as --model: message"; }
+echo "ok   an EAGLE-3 head as --model: $(grep -m1 -o 'Eagle3.*' "$tmp/err")"
 echo "t_spec_greedy: ok"

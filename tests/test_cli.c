@@ -1,6 +1,8 @@
 // The built-in default model text equals config/tiny.ini byte for byte, and the argument
 // parser maps flags as documented (both flag forms, -n -1, --tokens lists, precedence of run
-// flags over --set in the resolved config).
+// flags over --set in the resolved config), refuses combinations that do not apply, and reads a
+// seed the one way every tool does.
+#include <stdint.h>
 #include <string.h>
 
 #include "cli.h"
@@ -44,6 +46,27 @@ int main(void) {
     check("-p and --tokens exclude each other", PARSE(&o, err, "-p", "x", "--tokens", "1") != 0);
     check("--synthetic needs a number", PARSE(&o, err, "--synthetic", "-3", "-p", "x") != 0);
     check("--print-ids takes no value", PARSE(&o, err, "--print-ids=1", "-p", "x") != 0);
+    check("--think without --chat is refused", PARSE(&o, err, "--think", "off", "-p", "x") != 0 &&
+                                                    strstr(err, "--think needs --chat"));
+    check("--tokenize takes no decode option",
+          PARSE(&o, err, "--tokenize", "-p", "x") != 0 &&
+              strstr(err, "-p does not apply to --tokenize"));
+    check("--detokenize takes --tokenizer",
+          PARSE(&o, err, "--detokenize", "--tokenizer", "t") == 0);
+    // A seed is decimal everywhere: 010 is ten (k25-mkckpt read octal), 2^64 - 1 the largest.
+    uint64_t seed = 0;
+    check("seed 010 is 10", k25_parse_seed("010", &seed) == 0 && seed == 10);
+    check("seed 2^64 - 1",
+          k25_parse_seed("18446744073709551615", &seed) == 0 && seed == UINT64_MAX);
+    const char *bad_seeds[] = {"", "-1", "+5", " 5", "5 ", "0x10", "1e3", "18446744073709551616"};
+    int refused = 0;
+    for (size_t i = 0; i < sizeof bad_seeds / sizeof bad_seeds[0]; i++)
+        refused += k25_parse_seed(bad_seeds[i], &seed) != 0;
+    check("seeds with a sign, space, hex, exponent or past 2^64 refused",
+          refused == (int)(sizeof bad_seeds / sizeof bad_seeds[0]));
+    rc = PARSE(&o, err, "--synthetic", "010", "-p", "x");
+    check("--synthetic 010 is seed 10", rc == 0 && o.synth_seed == 10);
+    cli_free(&o);
     rc = PARSE(&o, err, "--model", "/m", "-p", "x");
     check("--model alone: checkpoint weights", rc == 0 && !o.synthetic && !strcmp(o.model_dir, "/m"));
     cli_free(&o);

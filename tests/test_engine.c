@@ -13,6 +13,7 @@
 #include "instance.h"
 #include "test_util.h"
 
+#include <limits.h>
 #include <string.h>
 
 
@@ -140,6 +141,10 @@ static void check_refusals(k25_model *m, const k25_config *cfg) {
     CHECK(engine_submit(e, &q, err) == -1, "max_new 0 accepted");
     q.max_new = 512; // 513 positions
     CHECK(engine_submit(e, &q, err) == -1, "longer than ctx_size accepted");
+    q.max_new = INT_MAX; // the positions needed overflowed an int (and the message with it)
+    CHECK(engine_submit(e, &q, err) == -1 && strstr(err, "need 2147483648 positions, more than "
+                                                         "ctx_size 512"),
+          "max_new INT_MAX: %s", err);
     q.max_new = 40; // 41 positions: 11 blocks of 4, the cache has 10
     CHECK(engine_submit(e, &q, err) == -1, "longer than the whole cache accepted");
     q.max_new = 38;

@@ -243,7 +243,19 @@ static void run_engine(k25_model *m, const k25_config *c, int pp_async, int32_t 
     CHECK(engine_groups(e) == (pp_async && stages > 1 ? stages : 1),
           "engine: %d sequence groups with pp_async %d and %d stages", engine_groups(e), pp_async,
           stages);
-    engine_run(e);
+    // engine_step's contract, which a driver feeding arrivals between steps relies on: 0 means
+    // nothing was done, so no token was handed out (the last tokens of a pipelined group once
+    // came out of a call that returned 0).
+    for (;;) {
+        long before = 0, after = 0;
+        for (int i = 0; i < N_REQ; i++) before += engine_record(e, i)->n_tokens;
+        int stepped = engine_step(e);
+        for (int i = 0; i < N_REQ; i++) after += engine_record(e, i)->n_tokens;
+        CHECK(stepped || after == before, "engine_step returned 0 but handed out %ld tokens",
+              after - before);
+        if (!stepped) break;
+    }
+    CHECK(!engine_busy(e), "engine_step returned 0 with requests left");
     for (int i = 0; i < N_REQ; i++) {
         const k25_seq_record *rec = engine_record(e, i);
         n_out[i] = rec->n_tokens;

@@ -7,11 +7,11 @@
 //              [--shards N] [--bf16-experts] [--no-prefix] [--single]
 //   k25-mkckpt --manifest DIR
 #include <cjson/cJSON.h>
-#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 
 #include "checkpoint.h"
 #include "config.h"
@@ -369,33 +369,12 @@ static int write_config(const char *dir, const k25_config *c, int wrapper, char 
 // ------------------------------------------------------------------------------------------
 // main
 
-// The output directory, created when absent; refuses one that already holds shards, whose
-// stale files would end up in the manifest.
-static int dir_ready(const char *dir, char *err) {
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-        return k25_err(err, "%s: cannot create directory: %s", dir, strerror(errno));
-    DIR *d = opendir(dir);
-    if (!d) return k25_err(err, "%s: cannot open directory: %s", dir, strerror(errno));
-    struct dirent *e;
-    int busy = 0;
-    while (!busy && (e = readdir(d))) {
-        size_t n = strlen(e->d_name), s = strlen(".safetensors");
-        busy = !strcmp(e->d_name, CKPT_INDEX_FILE) ||
-               (n > s && !strcmp(e->d_name + n - s, ".safetensors"));
-    }
-    closedir(d);
-    if (busy)
-        return k25_err(err, "%s already holds a checkpoint; remove it or choose another --out",
-                       dir);
-    return 0;
-}
-
 int main(int argc, char **argv) {
     k25_prog = "k25-mkckpt";
     char err[K25_ERR_LEN];
     const char *ini = NULL, *out = NULL, *manifest = NULL, *seed_s = NULL;
-    const char *shards_s = "4";
-    int bf16 = 0, no_prefix = 0, single = 0;
+    const char *shards_s = NULL;
+    int bf16 = 0, no_prefix = 0, single = 0, n_sets = 0;
     k25_config c;
     config_init_defaults(&c);
     for (int i = 1; i < argc; i++) {
@@ -405,7 +384,7 @@ int main(int argc, char **argv) {
             usage(stdout);
             return 0;
         } else if (!strcmp(a, "--config") && more) ini = argv[++i];
-        else if (!strcmp(a, "--set") && more) ++i; // applied after --config
+        else if (!strcmp(a, "--set") && more) ++i, n_sets++; // applied after --config
         else if (!strcmp(a, "--synthetic") && more) seed_s = argv[++i];
         else if (!strcmp(a, "--out") && more) out = argv[++i];
         else if (!strcmp(a, "--shards") && more) shards_s = argv[++i];
@@ -419,19 +398,30 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
-    if (manifest) {
+    const char *wrong = NULL;
+    if (manifest && argc != 3) wrong = "--manifest DIR takes no other option";
+    else if (manifest) {
         if (verify_write_manifest(manifest, err)) K25_DIE("%s", err);
         fprintf(stderr, "k25-mkckpt: wrote %s/%s\n", manifest, VERIFY_MANIFEST);
         return 0;
+    } else if (!ini && !n_sets) {
+        wrong = "no model: give --config FILE.ini and/or --set section.key=value";
+    } else if (!seed_s) {
+        wrong = "missing --synthetic SEED";
+    } else if (!out) {
+        wrong = "missing --out DIR";
+    } else if (single && shards_s) {
+        wrong = "--single writes one file: it takes no --shards";
     }
-    if (!seed_s || !out) {
+    if (wrong) {
+        fprintf(stderr, "k25-mkckpt: error: %s\n", wrong);
         usage(stderr);
         return 2;
     }
-    char *end;
-    errno = 0;
-    unsigned long long seed = strtoull(seed_s, &end, 0);
-    if (errno || !*seed_s || *end) K25_DIE("--synthetic: '%s' is not a seed (an integer)", seed_s);
+    if (!shards_s) shards_s = "4";
+    uint64_t seed;
+    if (k25_parse_seed(seed_s, &seed))
+        K25_DIE("--synthetic: '%s' is not a non-negative integer seed", seed_s);
     long n_shards;
     if (k25_parse_long(shards_s, 1, INT_MAX, &n_shards))
         K25_DIE("--shards: '%s' is not a positive integer", shards_s);
@@ -451,10 +441,15 @@ int main(int argc, char **argv) {
     collect(&l, &w, !no_prefix);
     if (shards > l.n) K25_DIE("--shards %d: more shards than the %d tensors", shards, l.n);
     assign_shards(&l, shards);
-    if (dir_ready(out, err)) K25_DIE("%s", err);
+    if (checkpoint_dir_fresh(out, err)) K25_DIE("%s", err);
 
     uint64_t total = 0;
     for (int i = 0; i < l.n; i++) total += l.e[i].bytes;
+    // A full-size model is hundreds of GB: better refused now than found out hours in.
+    struct statvfs fs;
+    if (statvfs(out, &fs) == 0 && (double)fs.f_bavail * (double)fs.f_frsize < (double)total)
+        K25_DIE("%s: the checkpoint needs %.2f GB, the file system has %.2f GB free", out,
+                (double)total / 1e9, (double)fs.f_bavail * (double)fs.f_frsize / 1e9);
     const size_t buf_cap = 16u << 20;
     uint8_t *buf = k25_malloc(buf_cap + 4096);
     entry **es = k25_malloc(sizeof(entry *) * (size_t)l.n);
@@ -487,7 +482,7 @@ int main(int argc, char **argv) {
     if (write_config(out, &c, !no_prefix, err)) K25_DIE("%s", err);
     if (verify_write_manifest(out, err)) K25_DIE("%s", err);
     fprintf(stderr, "k25-mkckpt: wrote %s: %d tensors, %.3f GB in %d shard%s (seed %llu)\n", out,
-            l.n, (double)total / 1e9, shards, shards == 1 ? "" : "s", seed);
+            l.n, (double)total / 1e9, shards, shards == 1 ? "" : "s", (unsigned long long)seed);
     free(l.e);
     weights_free(&w);
     return 0;

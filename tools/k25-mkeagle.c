@@ -60,11 +60,9 @@ int main(int argc, char **argv) {
             if (n_sets == 64) { fprintf(stderr, "k25-mkeagle: too many --set\n"); return 2; }
             sets[n_sets++] = val;
         } else if (!strcmp(f, "--synthetic")) {
-            char *end;
-            errno = 0;
-            o.seed = strtoull(val, &end, 10);
-            if (errno || end == val || *end || val[0] == '-') {
-                fprintf(stderr, "k25-mkeagle: --synthetic: bad seed '%s'\n", val);
+            if (k25_parse_seed(val, &o.seed)) {
+                fprintf(stderr,
+                        "k25-mkeagle: --synthetic: '%s' is not a non-negative integer seed\n", val);
                 return 2;
             }
             have_seed = 1;

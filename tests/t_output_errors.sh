@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Output that cannot be written is an error, never a silent exit 0, and a result file's name is
+# never replaced by something else:
+#   1. stdout on a full device (/dev/full): k25dec's tokens, --help, --dump-config, the
+#      tokenizer tools and k25bench's table each exit non-zero naming standard output (k25dec
+#      stops generating at the next step). Run without mpirun: under mpirun the ranks write
+#      into mpirun's pipe, and a failure past it is mpirun's to report.
+#   2. --dump-logits and k25bench --json: a directory or an empty name is refused before any
+#      work; a named pipe (cannot be rewound) is refused for the dump; a link stays a link and
+#      its target gets the file; a device node stays a device node (the file used to be
+#      renamed over it); k25bench --json on a full device fails the run, its table still out.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+for b in ./k25dec ./k25bench; do [ -x "$b" ] || { echo "missing $b (make)"; exit 1; }; done
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+bad() { echo "FAIL: $*"; fail=1; }
+tok=tests/data/tokenizer/tiktoken.model
+bench=(--config config/tiny.ini --synthetic 1 --concurrency 1,2 --input-len 8 --output-len 4
+       --profile-steps 1 --no-warmup)
+
+# 1. stdout on /dev/full
+if [ -c /dev/full ]; then
+    check_full() { # WHAT MESSAGE CMD...: CMD >/dev/full exits non-zero with MESSAGE on stderr
+        local what=$1 msg=$2 rc
+        shift 2
+        timeout 60 "$@" >/dev/full 2>"$tmp/err" </dev/null
+        rc=$?
+        if [ $rc -eq 0 ] || [ $rc -eq 124 ]; then bad "$what on /dev/full: exit $rc"
+        elif ! grep -qF -- "$msg" "$tmp/err"; then bad "$what on /dev/full: no '$msg' in: $(tail -2 "$tmp/err")"
+        else echo "ok   $what on /dev/full: exit $rc, $(grep -m1 -F -- "$msg" "$tmp/err")"; fi
+    }
+    # k25dec stops at the step after the failure: 1 token of the 100000 asked for
+    check_full "tokens" "writing standard output failed: No space left on device after 1 token" \
+        ./k25dec -p hi -n 100000 --set tokens.eos_token_ids=
+    check_full "--help" "writing standard output failed" ./k25dec --help
+    check_full "--dump-config" "writing standard output failed" ./k25dec --dump-config
+    printf 'hello' >"$tmp/text"
+    printf '104 105' >"$tmp/ids"
+    check_full "--tokenize" "--tokenize: writing the output failed" \
+        sh -c './k25dec --tokenizer "$1" --tokenize <"$2"' sh "$tok" "$tmp/text"
+    check_full "--detokenize" "--detokenize: writing the output failed" \
+        sh -c './k25dec --tokenizer "$1" --detokenize <"$2"' sh "$tok" "$tmp/ids"
+    check_full "k25bench's table" "writing standard output failed" ./k25bench "${bench[@]}"
+else
+    echo "skip stdout checks: no /dev/full"
+fi
+
+# 2. result files. refused_early WHAT MESSAGE CMD...: exits non-zero with MESSAGE, and before
+# the work (k25dec: no timings; k25bench: no level started)
+refused_early() {
+    local what=$1 msg=$2 rc
+    shift 2
+    timeout 60 "$@" >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    if [ $rc -eq 0 ] || [ $rc -eq 124 ]; then bad "$what: exit $rc"
+    elif ! grep -qF -- "$msg" "$tmp/err"; then bad "$what: no '$msg' in: $(tail -2 "$tmp/err")"
+    elif grep -qE "eval time|concurrency 1:" "$tmp/err"; then bad "$what: refused only after the run"
+    else echo "ok   $what: $(grep -m1 -F -- "$msg" "$tmp/err")"; fi
+}
+mkdir "$tmp/dir"
+refused_early "--dump-logits DIR" "--dump-logits: $tmp/dir is a directory" \
+    mpirun -np 2 ./k25dec -p hi -n 2 --dump-logits "$tmp/dir"
+refused_early "--dump-logits ''" "--dump-logits: the path is empty" \
+    mpirun -np 2 ./k25dec -p hi -n 2 --dump-logits ""
+refused_early "k25bench --json DIR" "--json: $tmp/dir is a directory" \
+    mpirun -np 2 ./k25bench "${bench[@]}" --json "$tmp/dir"
+refused_early "k25bench --json ''" "--json: the path is empty" \
+    mpirun -np 2 ./k25bench "${bench[@]}" --json ""
+[ -z "$(ls -A "$tmp/dir")" ] || bad "a refused run left files in $tmp/dir: $(ls "$tmp/dir")"
+
+# a named pipe, with a reader so that opening it does not wait
+mkfifo "$tmp/fifo"
+timeout 60 cat "$tmp/fifo" >/dev/null &
+refused_early "--dump-logits FIFO" "cannot be rewound" \
+    mpirun -np 2 ./k25dec -p hi -n 2 --dump-logits "$tmp/fifo"
+wait
+
+# Links, to an existing file and to a new one (relative): the link stays, its target is the dump
+# (a K25LOGIT file: 24-byte header + 2 prompt rows and 2 generated x (8 + 512 x 4) bytes).
+want=$((24 + 4 * (8 + 512 * 4)))
+echo old >"$tmp/existing.bin"
+ln -s "$tmp/existing.bin" "$tmp/link1"
+ln -s new.bin "$tmp/link2"
+for l in link1:existing.bin link2:new.bin; do
+    timeout 60 mpirun -np 2 ./k25dec -p hi -n 3 --dump-logits "$tmp/${l%%:*}" >/dev/null 2>"$tmp/err"
+    rc=$?
+    size=$(stat -c %s "$tmp/${l#*:}" 2>/dev/null || echo none)
+    if [ $rc -ne 0 ] || [ ! -L "$tmp/${l%%:*}" ] || [ "$size" != "$want" ] ||
+        [ "$(head -c 8 "$tmp/${l#*:}")" != K25LOGIT ] || ls "$tmp"/*.tmp >/dev/null 2>&1; then
+        bad "--dump-logits through ${l%%:*}: exit $rc, link kept: $([ -L "$tmp/${l%%:*}" ] && echo yes || echo no), ${l#*:} $size bytes (want $want)"
+    else
+        echo "ok   --dump-logits through a link to ${l#*:}: the link stays, the target holds $size bytes"
+    fi
+done
+
+# A device node stays one (as root only: making a node needs it). The null device takes the
+# dump in place.
+if [ "$(id -u)" -eq 0 ] && mknod "$tmp/null" c 1 3 2>/dev/null; then
+    timeout 60 mpirun -np 2 ./k25dec -p hi -n 2 --dump-logits "$tmp/null" >/dev/null 2>"$tmp/err"
+    rc=$?
+    timeout 60 mpirun -np 2 ./k25bench "${bench[@]}" --json "$tmp/null" >/dev/null 2>>"$tmp/err"
+    rc2=$?
+    if [ $rc -ne 0 ] || [ $rc2 -ne 0 ] || [ ! -c "$tmp/null" ] || ls "$tmp"/null.* >/dev/null 2>&1; then
+        bad "a device node as --dump-logits / --json: exit $rc / $rc2, still a device: $([ -c "$tmp/null" ] && echo yes || echo no)"
+        tail -3 "$tmp/err"
+    else
+        echo "ok   a null device node as --dump-logits and --json: written in place, still a device"
+    fi
+else
+    echo "skip device node check: not root"
+fi
+
+# k25bench --json on a full device: the run fails at its end, naming the file; the table is out
+if [ -c /dev/full ]; then
+    timeout 120 mpirun -np 2 ./k25bench "${bench[@]}" --json /dev/full >"$tmp/out" 2>"$tmp/err"
+    rc=$?
+    if [ $rc -eq 0 ] || [ $rc -eq 124 ]; then bad "k25bench --json /dev/full: exit $rc"
+    elif ! grep -qF -- "--json: writing /dev/full failed: No space left on device" "$tmp/err"; then
+        bad "k25bench --json /dev/full: message: $(grep error "$tmp/err")"
+    elif [ "$(grep -cE '^\| +[12] \| +[0-9]+ \| +[0-9]+ \| ' "$tmp/out")" -ne 2 ]; then
+        bad "k25bench --json /dev/full: the table lacks a level:"; cat "$tmp/out"
+    else
+        echo "ok   k25bench --json /dev/full: exit $rc, both levels in the table, $(grep -m1 -F -- '--json: writing' "$tmp/err")"
+    fi
+fi
+
+[ $fail -eq 0 ] && echo "t_output_errors: ok"
+exit $fail
