@@ -1227,10 +1227,10 @@ int main(int argc, char **argv) {
     char plot_script[PATH_MAX] = "";
     int do_plot = 0;
     if (d.world_rank == 0) {
-        if (a.json) ok = out_file_check(a.json, "--json", err) == 0;
-        if (ok && a.plot) ok = out_file_check(a.plot, "--plot", err) == 0;
-        if (ok && a.trace) ok = out_file_check(a.trace, "--trace", err) == 0;
-        if (ok && a.phases) ok = out_file_check(a.phases, "--phases", err) == 0;
+        if (a.json) ok = out_file_check(a.json, "--json", 0, err) == 0;
+        if (ok && a.plot) ok = out_file_check(a.plot, "--plot", 0, err) == 0;
+        if (ok && a.trace) ok = out_file_check(a.trace, "--trace", 0, err) == 0;
+        if (ok && a.phases) ok = out_file_check(a.phases, "--phases", 0, err) == 0;
         if (ok && a.phases) ok = kernel_phases_built(err) == 0;
         if (ok && a.plot) {
             char why[K25_ERR_LEN];

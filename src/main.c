@@ -14,6 +14,7 @@
 #include "dist.h"
 #include "generate.h"
 #include "instance.h"
+#include "out_file.h"
 #include "pipeline.h"
 #include "spec.h"
 #include "stop_signal.h"
@@ -281,6 +282,10 @@ int main(int argc, char **argv) {
         ok = k25_err(err, "the prompt has %d tokens, more than the context of %d (raise it with "
                      "-c/--ctx-size, up to model.max_position_embeddings = %d)",
                      n_prompt, cfg.ctx_size, cfg.max_pos) == 0;
+    agree_or_exit(&d, ok, err);
+    // Before a load that takes minutes, not after it
+    if (o.dump_logits && d.world_rank == 0)
+        ok = out_file_check(o.dump_logits, "--dump-logits", 1, err) == 0;
     agree_or_exit(&d, ok, err);
 
     // ---- checkpoint check, weights, backend, model ----

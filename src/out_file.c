@@ -26,8 +26,15 @@ static char *dangling_target(const char *path) {
     return out;
 }
 
-// Where the data lands (*real, to free) and whether it is written in place.
-static int resolve(const char *path, const char *what, char **real, int *in_place, char *err) {
+static int not_rewindable(const char *path, const char *what, char *err) {
+    return k25_err(err, "%s: %s cannot be rewound (a pipe?): the format writes its row count "
+                   "last; give a regular file", what, path);
+}
+
+// Where the data lands (*real, to free) and whether it is written in place. `seekable`: a pipe
+// or socket is refused here already, so that the check before a run catches it.
+static int resolve(const char *path, const char *what, int seekable, char **real, int *in_place,
+                   char *err) {
     *real = NULL;
     *in_place = 0;
     if (!path || !*path) return k25_err(err, "%s: the path is empty", what);
@@ -38,6 +45,8 @@ static int resolve(const char *path, const char *what, char **real, int *in_plac
         return 0;
     }
     if (S_ISDIR(st.st_mode)) return k25_err(err, "%s: %s is a directory", what, path);
+    if (seekable && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)))
+        return not_rewindable(path, what, err);
     if (!S_ISREG(st.st_mode)) {
         *real = k25_strdup(path);
         *in_place = 1;
@@ -55,10 +64,10 @@ static char *tmp_name(const char *real) {
     return tmp;
 }
 
-int out_file_check(const char *path, const char *what, char *err) {
+int out_file_check(const char *path, const char *what, int seekable, char *err) {
     char *real;
     int in_place;
-    if (resolve(path, what, &real, &in_place, err)) return -1;
+    if (resolve(path, what, seekable, &real, &in_place, err)) return -1;
     int rc = 0;
     if (in_place) {
         // Opening a named pipe for writing would wait for a reader; asking is enough here.
@@ -79,7 +88,7 @@ int out_file_open(k25_out_file *o, const char *path, const char *what, int seeka
     memset(o, 0, sizeof *o);
     o->what = what;
     int in_place;
-    if (resolve(path, what, &o->path, &in_place, err)) return -1;
+    if (resolve(path, what, seekable, &o->path, &in_place, err)) return -1;
     if (!in_place) o->tmp = tmp_name(o->path);
     const char *name = o->tmp ? o->tmp : o->path;
     o->f = fopen(name, "wb");
@@ -88,10 +97,9 @@ int out_file_open(k25_out_file *o, const char *path, const char *what, int seeka
         out_file_abandon(o);
         return -1;
     }
-    if (seekable && in_place && lseek(fileno(o->f), 0, SEEK_CUR) < 0) {
+    if (seekable && in_place && lseek(fileno(o->f), 0, SEEK_CUR) < 0) { // a terminal, say
         out_file_abandon(o);
-        return k25_err(err, "%s: %s cannot be rewound (a pipe?): the format writes its row count "
-                       "last; give a regular file", what, path);
+        return not_rewindable(path, what, err);
     }
     return 0;
 }

@@ -18,9 +18,9 @@ typedef struct k25_out_file {
 extern "C" {
 #endif
 
-// Whether `path` can be opened by out_file_open, checked before a long run so that it does not
-// fail at the end. `what` (the flag) starts every message.
-int out_file_check(const char *path, const char *what, char *err);
+// Whether `path` can be opened by out_file_open (with the same `seekable`), checked before a
+// long run so that it does not fail at the end. `what` (the flag) starts every message.
+int out_file_check(const char *path, const char *what, int seekable, char *err);
 // Opens for writing (binary). `seekable`: refuse a target that cannot be rewound (a pipe),
 // for formats that rewrite their header last.
 int out_file_open(k25_out_file *o, const char *path, const char *what, int seekable, char *err);

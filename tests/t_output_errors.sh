@@ -5,8 +5,8 @@
 #      tokenizer tools and k25bench's table each exit non-zero naming standard output (k25dec
 #      stops generating at the next step). Run without mpirun: under mpirun the ranks write
 #      into mpirun's pipe, and a failure past it is mpirun's to report.
-#   2. --dump-logits and k25bench --json: a directory or an empty name is refused before any
-#      work; a named pipe (cannot be rewound) is refused for the dump; a link stays a link and
+#   2. --dump-logits and k25bench --json: a directory or an empty name is refused before the
+#      model loads; a named pipe (cannot be rewound) is refused for the dump; a link stays a link and
 #      its target gets the file; a device node stays a device node (the file used to be
 #      renamed over it); k25bench --json on a full device fails the run, its table still out.
 set -uo pipefail
@@ -49,7 +49,7 @@ else
 fi
 
 # 2. result files. refused_early WHAT MESSAGE CMD...: exits non-zero with MESSAGE, and before
-# the work (k25dec: no timings; k25bench: no level started)
+# loading the model (k25dec logs each rank's backend memory once loaded, k25bench "model ready")
 refused_early() {
     local what=$1 msg=$2 rc
     shift 2
@@ -57,7 +57,7 @@ refused_early() {
     rc=$?
     if [ $rc -eq 0 ] || [ $rc -eq 124 ]; then bad "$what: exit $rc"
     elif ! grep -qF -- "$msg" "$tmp/err"; then bad "$what: no '$msg' in: $(tail -2 "$tmp/err")"
-    elif grep -qE "eval time|concurrency 1:" "$tmp/err"; then bad "$what: refused only after the run"
+    elif grep -qE "backend memory|model ready" "$tmp/err"; then bad "$what: refused only after loading"
     else echo "ok   $what: $(grep -m1 -F -- "$msg" "$tmp/err")"; fi
 }
 mkdir "$tmp/dir"
@@ -76,6 +76,7 @@ mkfifo "$tmp/fifo"
 timeout 60 cat "$tmp/fifo" >/dev/null &
 refused_early "--dump-logits FIFO" "cannot be rewound" \
     mpirun -np 2 ./k25dec -p hi -n 2 --dump-logits "$tmp/fifo"
+timeout 5 sh -c ': >"$1"' sh "$tmp/fifo" # the reader's end of file, when nothing opened it
 wait
 
 # Links, to an existing file and to a new one (relative): the link stays, its target is the dump
