@@ -8,7 +8,6 @@
 // draw does not depend on how the prompt was chunked or on which other rows were sampled.
 #include "generate.h"
 
-#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,14 +35,14 @@ int gen_has_text(const k25_text_codec *codec) { return codec->decode != NULL; }
 // failed write (a full disk, a closed pipe) stops the printing and, one step later, the run.
 typedef struct out_stream {
     int active, ids, n;
-    int failed; // errno of the first failed write, or -1 when it gave none
+    int failed;
+    char why[K25_ERR_LEN]; // the first failed write's message
     const k25_text_codec *codec;
 } out_stream;
 
 static void out_flush(out_stream *s) {
-    errno = 0;
-    if (fflush(stdout) == 0 && !ferror(stdout)) return;
-    s->failed = errno ? errno : -1;
+    if (k25_flush_check(stdout, "standard output", s->why) == 0) return;
+    s->failed = 1;
     s->active = 0;
 }
 
@@ -272,9 +271,8 @@ int generate(k25_model *m, const k25_config *cfg, const k25_dist *dist,
     int rc = 0;
     if (rank0 && o->dump_logits) rc = dump_close(&dump, err);
     if (rank0 && out.failed)
-        rc = k25_err(err, "writing standard output failed%s%s after %d token%s",
-                      out.failed > 0 ? ": " : "", out.failed > 0 ? strerror(out.failed) : "",
-                      res->n_tokens, res->n_tokens == 1 ? "" : "s");
+        rc = k25_err(err, "%s after %d token%s", out.why, res->n_tokens,
+                      res->n_tokens == 1 ? "" : "s");
     if (!dist_all_ok(dist, rc == 0)) {
         if (!rank0) k25_err(err, "writing the output failed on rank 0");
         rc = -1;
