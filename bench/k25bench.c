@@ -129,6 +129,20 @@ static void usage(FILE *f) {
 // Command line
 // ------------------------------------------------------------------------------------------
 
+// The options that take a value: an unknown word is named as unknown even when it comes last.
+static int is_value_flag(const char *f) {
+    static const char *const flags[] = {
+        "--model",     "--config",      "--synthetic",   "--set",
+        "--backend",   "--threads",     "--pp",          "--concurrency",
+        "--input-len", "--output-len",  "--range-ratio", "--num-prompts-factor",
+        "--seed",      "--profile-steps", "--spec-draft", "--spec-k",
+        "--spec-accept", "--json",      "--plot",        "--trace",
+        "--phases"};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        if (!strcmp(f, flags[i])) return 1;
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, bench_args *a, char *err) {
     memset(a, 0, sizeof *a);
     a->input_len = 1024;
@@ -152,6 +166,7 @@ static int parse_args(int argc, char **argv, bench_args *a, char *err) {
             a->profile_only = 1;
             continue;
         }
+        if (!is_value_flag(f)) return k25_err(err, "unknown option '%s' (see --help)", f);
         if (i + 1 >= argc) return k25_err(err, "%s: missing value", f);
         const char *val = argv[++i];
         if (!strcmp(f, "--model")) {
@@ -243,8 +258,6 @@ static int parse_args(int argc, char **argv, bench_args *a, char *err) {
             a->trace = val;
         } else if (!strcmp(f, "--phases")) {
             a->phases = val;
-        } else {
-            return k25_err(err, "unknown option '%s' (see --help)", f);
         }
     }
     if (!a->model_dir && !a->config_file)

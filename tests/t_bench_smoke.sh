@@ -101,6 +101,11 @@ out=$(timeout 60 mpirun -np 2 "$bin" --config config/tiny.ini 2>&1) && fail "--c
 grep -q -- "--synthetic" <<<"$out" || fail "no hint about --synthetic: $out"
 out=$(timeout 60 mpirun -np 2 "$bin" --config config/tiny.ini --synthetic 1 --concurrency 0 2>&1) \
     && fail "--concurrency 0 accepted"
+# An unknown word is named as unknown, also as the last argument; a known flag there lacks its value.
+out=$(timeout 60 "$bin" --config config/tiny.ini --synthetic 1 --bogus 2>&1) && fail "--bogus accepted"
+grep -q "unknown option '--bogus'" <<<"$out" || fail "no 'unknown option' message: $out"
+out=$(timeout 60 "$bin" --config config/tiny.ini --synthetic 1 --seed 2>&1) && fail "--seed without value accepted"
+grep -q -- "--seed: missing value" <<<"$out" || fail "no 'missing value' message: $out"
 out=$(timeout 60 mpirun -np 2 "$bin" --config config/tiny.ini --synthetic 1 --json /nonexistent/x.jsonl 2>&1) \
     && fail "an unwritable --json path accepted"
 grep -q "cannot create /nonexistent/x.jsonl.tmp" <<<"$out" || fail "no message about the --json path: $out"
