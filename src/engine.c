@@ -116,6 +116,19 @@ k25_engine *engine_create(k25_model *m, const k25_config *cfg, const k25_engine_
         k25_err(err, "engine: kv_block %d / ctx_size %d out of range", o->kv_block, o->ctx_size);
         return NULL;
     }
+    // Block numbers address the model's cache in its own block size, and a step of more rows
+    // than its activations hold stops the model mid-run: both are refused here, up front.
+    const k25_model_opts *mo = model_opts_of(m);
+    if (o->kv_block != mo->kv_block) {
+        k25_err(err, "engine: kv_block %d, the model's cache has blocks of %d", o->kv_block,
+                mo->kv_block);
+        return NULL;
+    }
+    if (o->max_rows > mo->max_rows) {
+        k25_err(err, "engine: max_rows %d, the model was made for steps of at most %d rows",
+                o->max_rows, mo->max_rows);
+        return NULL;
+    }
     int n_blocks = model_n_blocks(m);
     if (o->n_blocks > n_blocks) {
         k25_err(err, "engine: %d cache blocks asked, the model has %d", o->n_blocks, n_blocks);

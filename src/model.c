@@ -171,6 +171,7 @@ void model_free(k25_model *m) {
 }
 
 int model_n_blocks(const k25_model *m) { return m->n_blocks; }
+const k25_model_opts *model_opts_of(const k25_model *m) { return &m->opts; }
 
 void model_capture_layers(k25_model *m, const int *layers, int n) {
     if (n < 0 || n > MODEL_MAX_CAPTURE) K25_DIE("model: capture of %d layers (at most %d)", n,

@@ -26,6 +26,8 @@ k25_model *model_create(const k25_config *cfg, k25_weights *w, k25_backend *be,
                         const k25_dist *dist, const k25_model_opts *opts);
 void model_free(k25_model *m);
 int model_n_blocks(const k25_model *m);
+// The options the model was made with, defaults filled in.
+const k25_model_opts *model_opts_of(const k25_model *m);
 
 // One step over batch b (positions must already have cache blocks in b->block_table).
 // Rows listed in sample_rows[n_sample] go through the final norm and lm_head and are sampled

@@ -157,6 +157,16 @@ static void check_refusals(k25_model *m, const k25_config *cfg) {
                                                    .ctx_size = 512},
                         err) == NULL,
           "max_rows below max_batch accepted");
+    CHECK(engine_create(m, cfg, &(k25_engine_opts){.max_batch = 4, .prefill_chunk = 4,
+                                                   .max_rows = 4, .kv_block = KV_BLOCK * 2,
+                                                   .ctx_size = 512},
+                        err) == NULL && strstr(err, "the model's cache has blocks of"),
+          "a kv_block other than the model's accepted: %s", err);
+    CHECK(engine_create(m, cfg, &(k25_engine_opts){.max_batch = 4, .prefill_chunk = 4,
+                                                   .max_rows = MAX_ROWS + 1, .kv_block = KV_BLOCK,
+                                                   .ctx_size = 512},
+                        err) == NULL && strstr(err, "steps of at most"),
+          "more rows than the model holds accepted: %s", err);
     engine_free(e);
 }
 
