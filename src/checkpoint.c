@@ -7,6 +7,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "json_object.h"
+
 // ------------------------------------------------------------------------------------------
 // opening
 
@@ -26,9 +28,9 @@ static int read_index(k25_checkpoint *ck, const char *path, char *err) {
     size_t len;
     char *text = k25_read_file(path, &len, err);
     if (!text) return -1;
-    cJSON *root = cJSON_ParseWithLength(text, len);
+    cJSON *root = json_parse_object(text, len, path, err);
     free(text);
-    if (!root) return k25_err(err, "%s: invalid JSON", path);
+    if (!root) return -1;
     int rc = 0;
     const cJSON *wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
     if (!cJSON_IsObject(wm)) {

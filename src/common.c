@@ -100,8 +100,9 @@ char *k25_read_stream(FILE *f, const char *name, size_t *len, char *err) {
         }
     }
     if (ferror(f)) {
+        int e = errno;
         free(buf);
-        k25_err(err, "%s: read error", name);
+        k25_err(err, "%s: read error: %s", name, strerror(e));
         return NULL;
     }
     buf[n] = 0;

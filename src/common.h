@@ -60,7 +60,7 @@ int k25_parse_seed(const char *s, uint64_t *out);
 // (a full disk, a closed pipe), so that a program never reports success over lost output.
 int k25_flush_check(FILE *f, const char *what, char *err);
 // A whole file in a NUL-terminated buffer (*len, when given, without the NUL), to free; NULL
-// with err set ("PATH: cannot open: ..." or "PATH: read error") when it cannot be read.
+// with err set ("PATH: cannot open: ..." or "PATH: read error: ...") when it cannot be read.
 char *k25_read_file(const char *path, size_t *len, char *err);
 // The same for the rest of an open stream (stdin), named `name` in messages.
 char *k25_read_stream(FILE *f, const char *name, size_t *len, char *err);

@@ -25,14 +25,20 @@ static int check_keys(const cJSON *v, const char *path, const char *name, char *
 }
 
 cJSON *json_parse_object(const char *text, size_t len, const char *name, char *err) {
-    cJSON *root = cJSON_ParseWithLength(text, len);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     if (!root) {
         const char *at = cJSON_GetErrorPtr();
         long off = at && at >= text && at <= text + len ? (long)(at - text) : -1;
         k25_err(err, "%s: invalid JSON (near byte %ld)", name, off);
         return NULL;
     }
-    if (!cJSON_IsObject(root))
+    // cJSON stops after the first value; Python's json refuses what follows, and so do we.
+    const char *p = end;
+    while (p && p < text + len && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
+    if (p && p < text + len)
+        k25_err(err, "%s: data after the JSON object (byte %ld)", name, (long)(p - text));
+    else if (!cJSON_IsObject(root))
         k25_err(err, "%s: expected a JSON object", name);
     else if (!check_keys(root, "", name, err))
         return root;

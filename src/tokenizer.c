@@ -13,6 +13,7 @@
 #include <cjson/cJSON.h>
 
 #include "common.h"
+#include "json_object.h"
 #include "tokenizer_internal.h"
 
 #define CHUNK_MAX_CODEPOINTS 400000
@@ -67,18 +68,12 @@ static int load_config_names(k25_tokenizer *t, const char *path, char *err) {
     size_t len;
     char *text = k25_read_file(path, &len, err);
     if (!text) return -1;
-    cJSON *root = cJSON_ParseWithLength(text, len);
+    cJSON *root = json_parse_object(text, len, path, err);
     if (!root) {
-        const char *at = cJSON_GetErrorPtr();
-        long off = at ? (long)(at - text) : -1;
         free(text);
-        return k25_err(err, "%s: invalid JSON near byte offset %ld", path, off);
+        return -1;
     }
     int rc = -1;
-    if (!cJSON_IsObject(root)) {
-        k25_err(err, "%s: top level is not a JSON object", path);
-        goto out;
-    }
     const cJSON *dec = cJSON_GetObjectItemCaseSensitive(root, "added_tokens_decoder");
     if (!dec) {
         rc = 0;

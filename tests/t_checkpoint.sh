@@ -207,6 +207,10 @@ d=$(copy extra)
 cp "$d/$S2" "$d/model-extra.safetensors"
 expect verify "$d" "shard not in the manifest" "model-extra.safetensors" "not listed"
 
+d=$(copy indextail)
+printf 'xyz' >>"$d/model.safetensors.index.json"
+expect load "$d" "data after the index's JSON object" "model.safetensors.index.json: data after the JSON object"
+
 d=$(copy noindex)
 rm "$d/model.safetensors.index.json"
 expect load "$d" "no index" "model.safetensors.index.json"

@@ -495,6 +495,12 @@ static void test_hf_json(void) {
     CHECK(load_json(&c, other, err) != 0 && strstr(err, "llama"), "%s", err);
     CHECK(load_json(&c, "{\"hidden_size\": ", err) != 0 && strstr(err, "JSON"), "%s", err);
     CHECK(load_json(&c, "[1, 2]", err) != 0 && strstr(err, "object"), "%s", err);
+    // cJSON stops after the first value, Python's json refuses what follows; white space may.
+    const char *tail = "{" K25_TEXT_KEYS "," K25_ROPE_SCALING "}\n}\"x";
+    CHECK(load_json(&c, tail, err) != 0 && strstr(err, "config.json: data after the JSON object"),
+          "data after the object: %s", err);
+    const char *spaces = "{" K25_TEXT_KEYS "," K25_ROPE_SCALING "}\n \t\r\n";
+    CHECK(load_json(&c, spaces, err) == 0, "white space after the object: %s", err);
 
     // A failed load leaves the config as it was; a file load names the file.
     k25_config before;

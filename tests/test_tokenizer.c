@@ -184,6 +184,11 @@ static void check_malformed(void) {
     write_file(tmp_path("dup.json"), dupjson, strlen(dupjson));
     EXPECT(tokenizer_load(tmp_path("crlf"), tmp_path("dup.json"), NULL, 10, &t, err) == -1 && strstr(err, "<x>"),
           "duplicate special names: %s", err);
+    const char *tail = "{\"added_tokens_decoder\": {}}\n trailing";
+    write_file(tmp_path("tail.json"), tail, strlen(tail));
+    EXPECT(tokenizer_load(tmp_path("crlf"), tmp_path("tail.json"), NULL, 10, &t, err) == -1 &&
+              strstr(err, "tail.json: data after the JSON object (byte 30)"),
+          "data after the config's object: %s", err);
 }
 
 // A vocabulary of Kimi's size (163,584 ranks) without a config gets Kimi's special names.
