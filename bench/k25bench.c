@@ -1284,15 +1284,17 @@ int main(int argc, char **argv) {
         rows_per_seq = a.spec_k + 1;
         io.model.max_rows = max_conc * rows_per_seq + cfg.prefill_chunk;
     }
+    k25_spec_opts so = {.k = a.spec_k, .max_seqs = max_conc, .max_rows = io.model.max_rows,
+                        .ctx_size = cfg.ctx_size, .kv_block = kvb, .backend = cfg.backend,
+                        .threads = cfg.threads};
+    // The draft's own configuration before the target's load, which takes minutes
+    if (a.spec_draft) agree_or_exit(&d, spec_check(a.spec_draft, &cfg, &d, &so, err) == 0, err);
     k25_instance in;
     double t_load = k25_now_ms();
     agree_or_exit(&d, instance_open(&in, &cfg, &d, &io, err) == 0, err);
     k25_log("k25bench: model ready in %.1f s\n", (k25_now_ms() - t_load) / 1000);
     k25_spec *spec = NULL;
     if (a.spec_draft) {
-        k25_spec_opts so = {.k = a.spec_k, .max_seqs = max_conc, .max_rows = io.model.max_rows,
-                            .ctx_size = cfg.ctx_size, .kv_block = kvb, .backend = cfg.backend,
-                            .threads = cfg.threads};
         spec = spec_create(a.spec_draft, in.m, &in.w, &cfg, &d, &so, err);
         agree_or_exit(&d, spec != NULL, err);
         spec_kind = spec_draft_kind(spec);

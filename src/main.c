@@ -287,6 +287,11 @@ int main(int argc, char **argv) {
     if (o.dump_logits && d.world_rank == 0)
         ok = out_file_check(o.dump_logits, "--dump-logits", 1, err) == 0;
     agree_or_exit(&d, ok, err);
+    int chunk = cfg.prefill_chunk < cfg.ctx_size ? cfg.prefill_chunk : cfg.ctx_size;
+    k25_spec_opts so = {.k = o.spec_k, .max_seqs = 1, .max_rows = chunk,
+                        .ctx_size = cfg.ctx_size, .kv_block = cfg.kv_block,
+                        .backend = cfg.backend, .threads = cfg.threads};
+    if (o.spec_draft) agree_or_exit(&d, spec_check(o.spec_draft, &cfg, &d, &so, err) == 0, err);
 
     // ---- checkpoint check, weights, backend, model ----
     int from_ckpt = o.model_dir && !o.synthetic;
@@ -299,7 +304,6 @@ int main(int argc, char **argv) {
         agree_or_exit(&d, ok, err);
         k25_log("k25dec: checkpoint %s matches its CRC manifest\n", o.model_dir);
     }
-    int chunk = cfg.prefill_chunk < cfg.ctx_size ? cfg.prefill_chunk : cfg.ctx_size;
     k25_instance_opts io = {
         .model_dir = from_ckpt ? o.model_dir : NULL,
         .synth_seed = o.synth_seed,
@@ -316,9 +320,6 @@ int main(int argc, char **argv) {
     // ---- speculative decoding: the draft next to the target ----
     k25_spec *spec = NULL;
     if (o.spec_draft) {
-        k25_spec_opts so = {.k = o.spec_k, .max_seqs = 1, .max_rows = chunk,
-                            .ctx_size = cfg.ctx_size, .kv_block = cfg.kv_block,
-                            .backend = cfg.backend, .threads = cfg.threads};
         spec = spec_create(o.spec_draft, in.m, &in.w, &cfg, &d, &so, err);
         agree_or_exit(&d, spec != NULL, err);
     }

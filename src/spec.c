@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "sampler.h"
+#include "spec_eagle3_config.h"
 #include "spec_internal.h"
 
 struct k25_spec {
@@ -41,49 +42,72 @@ struct k25_spec {
 // Life cycle
 // ------------------------------------------------------------------------------------------
 
+enum draft_kind { DRAFT_NGRAM, DRAFT_MODEL, DRAFT_EAGLE3 };
+
+// The kind named before the colon of source, its argument in *arg; -1 with a message.
+static int draft_kind(const char *source, const char **arg, char *err) {
+    if (!source || !*source)
+        return k25_err(err, "--spec-draft: empty source (ngram, model:PATH or eagle3:DIR)");
+    const char *colon = strchr(source, ':');
+    size_t n = colon ? (size_t)(colon - source) : strlen(source);
+    *arg = colon ? colon + 1 : "";
+    if (n == 5 && !strncmp(source, "ngram", 5)) return DRAFT_NGRAM;
+    if (n == 5 && !strncmp(source, "model", 5))
+        return **arg ? DRAFT_MODEL
+                     : k25_err(err, "--spec-draft model:PATH needs a checkpoint directory or "
+                                    "FILE.ini[@SEED]");
+    if (n == 6 && !strncmp(source, "eagle3", 6))
+        return **arg ? DRAFT_EAGLE3
+                     : k25_err(err, "--spec-draft eagle3:DIR needs a draft checkpoint directory");
+    return k25_err(err, "--spec-draft '%s': unknown draft (ngram, ngram:N, model:DIR, "
+                        "model:FILE.ini[@SEED], eagle3:DIR)", source);
+}
+
+int spec_check(const char *source, const k25_config *cfg, const k25_dist *dist,
+               const k25_spec_opts *o, char *err) {
+    const char *arg;
+    int kind = draft_kind(source, &arg, err);
+    if (kind < 0) return -1;
+    if (o->k < 1 || o->k > K25_SPEC_MAX_K)
+        return k25_err(err, "--spec-k %d is outside 1..%d", o->k, K25_SPEC_MAX_K);
+    if (o->max_seqs < 1 || o->max_rows < o->max_seqs)
+        return k25_err(err, "speculative decoding: %d sequence slots with %d rows per step",
+                       o->max_seqs, o->max_rows);
+    if (dist->pp_size > 1)
+        return k25_err(err, "speculative decoding with pipeline stages (run.pp = %d) is not "
+                            "implemented", dist->pp_size);
+    spec_env env = {NULL, NULL, cfg, dist, *o};
+    if (kind == DRAFT_NGRAM) {
+        spec_draft d = {0};
+        if (spec_ngram_create(&env, arg, &d, err)) return -1;
+        d.destroy(&d);
+        return 0;
+    }
+    if (kind == DRAFT_MODEL) {
+        k25_config c;
+        char path[4096];
+        int synthetic;
+        uint64_t seed;
+        return spec_model_config(&env, arg, &c, path, sizeof path, &synthetic, &seed, err);
+    }
+    eagle3_fit fit = {cfg, o->ctx_size, o->k, o->kv_block, dist->tp_size};
+    eagle3_config ec;
+    return eagle3_config_read(&ec, arg, &fit, err);
+}
+
 k25_spec *spec_create(const char *source, k25_model *target, const k25_weights *tw,
                       const k25_config *cfg, const k25_dist *dist, const k25_spec_opts *o,
                       char *err) {
-    if (!source || !*source) {
-        k25_err(err, "--spec-draft: empty source (ngram, model:PATH or eagle3:DIR)");
-        return NULL;
-    }
-    if (o->k < 1 || o->k > K25_SPEC_MAX_K) {
-        k25_err(err, "--spec-k %d is outside 1..%d", o->k, K25_SPEC_MAX_K);
-        return NULL;
-    }
-    if (o->max_seqs < 1 || o->max_rows < o->max_seqs) {
-        k25_err(err, "speculative decoding: %d sequence slots with %d rows per step", o->max_seqs,
-                o->max_rows);
-        return NULL;
-    }
-    if (dist->pp_size > 1) {
-        k25_err(err, "speculative decoding with pipeline stages (run.pp = %d) is not "
-                     "implemented", dist->pp_size);
-        return NULL;
-    }
+    if (spec_check(source, cfg, dist, o, err)) return NULL;
+    const char *arg;
+    int kind = draft_kind(source, &arg, err);
     k25_spec *sp = k25_calloc(1, sizeof *sp);
     sp->env = (spec_env){target, tw, cfg, dist, *o};
     sp->K = o->k;
     sp->V = cfg->vocab;
-    const char *colon = strchr(source, ':');
-    size_t kind_len = colon ? (size_t)(colon - source) : strlen(source);
-    const char *arg = colon ? colon + 1 : "";
-    int rc;
-    if (kind_len == 5 && !strncmp(source, "ngram", 5)) {
-        rc = spec_ngram_create(&sp->env, arg, &sp->d, err);
-    } else if (kind_len == 5 && !strncmp(source, "model", 5)) {
-        rc = colon && *arg ? spec_model_create(&sp->env, arg, &sp->d, err)
-                           : k25_err(err, "--spec-draft model:PATH needs a checkpoint directory "
-                                          "or FILE.ini[@SEED]");
-    } else if (kind_len == 6 && !strncmp(source, "eagle3", 6)) {
-        rc = colon && *arg ? spec_eagle3_create(&sp->env, arg, &sp->d, err)
-                           : k25_err(err, "--spec-draft eagle3:DIR needs a draft checkpoint "
-                                          "directory");
-    } else {
-        rc = k25_err(err, "--spec-draft '%s': unknown draft (ngram, ngram:N, model:DIR, "
-                          "model:FILE.ini[@SEED], eagle3:DIR)", source);
-    }
+    int rc = kind == DRAFT_NGRAM   ? spec_ngram_create(&sp->env, arg, &sp->d, err)
+             : kind == DRAFT_MODEL ? spec_model_create(&sp->env, arg, &sp->d, err)
+                                   : spec_eagle3_create(&sp->env, arg, &sp->d, err);
     if (rc != 0) {
         free(sp);
         return NULL;

@@ -99,6 +99,11 @@ extern "C" {
 // Life cycle
 // ------------------------------------------------------------------------------------------
 
+// What spec_create checks before it needs weights: the --spec-draft text, the options and the
+// draft's configuration against the target's (cfg) and the ranks. 0, or -1 with a message; for
+// a run to call before a load that takes minutes. Every rank calls it alike.
+int spec_check(const char *source, const k25_config *cfg, const k25_dist *dist,
+               const k25_spec_opts *o, char *err);
 // Parses the --spec-draft text and builds the draft against the target (tw: the target's
 // weights, whose embedding / lm_head / final norm an EAGLE-3 head without its own reuses).
 // Every rank calls it alike. NULL with a message in err on a bad source.

@@ -38,6 +38,11 @@ struct spec_draft {
 int spec_ngram_create(const spec_env *env, const char *arg, spec_draft *d, char *err);
 int spec_model_create(const spec_env *env, const char *arg, spec_draft *d, char *err);
 int spec_eagle3_create(const spec_env *env, const char *arg, spec_draft *d, char *err);
+// A model draft's configuration ("DIR", "DIR@SEED", "FILE.ini[@SEED]" in arg), checked against
+// the target and the run; needs no weights (env->target may be NULL). path receives the
+// draft's file or directory; synthetic and seed what the text asks for.
+int spec_model_config(const spec_env *env, const char *arg, k25_config *c, char *path,
+                      size_t cap_path, int *synthetic, uint64_t *seed, char *err);
 
 // Token at index i of a sequence's history (prompt then generated).
 static inline int32_t spec_hist(const int32_t *prompt, int n_prompt, const int32_t *gen, int i) {

@@ -217,14 +217,10 @@ static int parse_path(const char *arg, char *path, size_t cap, int *synthetic, u
     return 0;
 }
 
-int spec_model_create(const spec_env *env, const char *arg, spec_draft *d, char *err) {
-    char path[4096];
-    int synthetic;
-    uint64_t seed;
-    if (parse_path(arg, path, sizeof path, &synthetic, &seed, err)) return -1;
+int spec_model_config(const spec_env *env, const char *arg, k25_config *c, char *path,
+                      size_t cap_path, int *synthetic, uint64_t *seed, char *err) {
+    if (parse_path(arg, path, cap_path, synthetic, seed, err)) return -1;
     const k25_spec_opts *o = &env->o;
-    model_draft *md = k25_calloc(1, sizeof *md);
-    k25_config *c = &md->cfg;
     config_init_defaults(c);
     int rc;
     if (ends_with(path, ".ini")) {
@@ -238,30 +234,41 @@ int spec_model_create(const spec_env *env, const char *arg, spec_draft *d, char 
                            path)
                  : config_load_hf_json(c, json, err);
     }
+    if (rc) return -1;
     // Run settings follow the target; the context covers the positions drafts reach.
     int cap = o->ctx_size + o->k + 1;
-    if (rc == 0) {
-        c->ctx_size = cap;
-        c->kv_block = o->kv_block;
-        c->max_batch = o->max_seqs;
-        c->prefill_chunk = o->max_rows;
-        c->tp = env->dist->tp_size;
-        c->pp = 1;
-        snprintf(c->backend, sizeof c->backend, "%s", o->backend ? o->backend : env->cfg->backend);
-        if (c->vocab != env->cfg->vocab)
-            rc = k25_err(err, "draft model %s: vocabulary of %d tokens, the target has %d", path,
-                         c->vocab, env->cfg->vocab);
-        else if (cap > c->max_pos)
-            rc = k25_err(err, "draft model %s: context %d + %d drafts exceeds its "
-                              "max_position_embeddings %d",
-                         path, o->ctx_size, o->k + 1, c->max_pos);
-    }
-    if (rc == 0) rc = config_validate(c, err);
-    if (rc == 0) rc = config_check_tp(c, env->dist->tp_size, err);
-    if (rc) {
+    c->ctx_size = cap;
+    c->kv_block = o->kv_block;
+    c->max_batch = o->max_seqs;
+    c->prefill_chunk = o->max_rows;
+    c->tp = env->dist->tp_size;
+    c->pp = 1;
+    snprintf(c->backend, sizeof c->backend, "%s", o->backend ? o->backend : env->cfg->backend);
+    if (c->vocab != env->cfg->vocab)
+        return k25_err(err, "draft model %s: vocabulary of %d tokens, the target has %d", path,
+                       c->vocab, env->cfg->vocab);
+    if (cap > c->max_pos)
+        return k25_err(err, "draft model %s: context %d + %d drafts exceeds its "
+                            "max_position_embeddings %d",
+                       path, o->ctx_size, o->k + 1, c->max_pos);
+    char why[K25_ERR_LEN];
+    if (config_validate(c, why) || config_check_tp(c, env->dist->tp_size, why))
+        return k25_err(err, "draft model %s: %s", path, why);
+    return 0;
+}
+
+int spec_model_create(const spec_env *env, const char *arg, spec_draft *d, char *err) {
+    char path[4096];
+    int synthetic;
+    uint64_t seed;
+    const k25_spec_opts *o = &env->o;
+    model_draft *md = k25_calloc(1, sizeof *md);
+    k25_config *c = &md->cfg;
+    if (spec_model_config(env, arg, c, path, sizeof path, &synthetic, &seed, err)) {
         free(md);
         return -1;
     }
+    int cap = c->ctx_size;
 
     md->K = o->k;
     md->V = c->vocab;

@@ -60,6 +60,20 @@ for bad in nonsense model:/nonexistent "eagle3:$tmp" ngram:0; do
     grep -q 'error' "$tmp/err" || { cat "$tmp/err"; fail "--spec-draft $bad: no error message"; }
 done
 timeout 60 "$dec" --tokens 1,2 --spec-k 2 >/dev/null 2>&1 && fail "--spec-k without --spec-draft accepted"
+# A draft whose configuration is wrong is named, and refused before the target's weights load
+# (the load line never comes): a bad value, and heads that 8 ranks cannot split (the target's 8
+# can be).
+sed 's/^hidden_size = .*/hidden_size = 0/' config/tiny_draft.ini >"$tmp/bad_draft.ini"
+for bad in "2 $tmp/bad_draft.ini model.hidden_size must be positive" \
+           "8 config/tiny_draft.ini 8 ranks cannot split 4 attention heads"; do
+    read -r np file want <<<"$bad"
+    timeout 60 mpirun -np "$np" "$dec" --set model.moe_intermediate_size=256 --tokens 1,2 -n 4 \
+        --spec-draft "model:$file@1" >/dev/null 2>"$tmp/err" && fail "draft $file on $np ranks accepted"
+    grep -q "error: draft model $file: $want" "$tmp/err" ||
+        { cat "$tmp/err"; fail "draft $file on $np ranks: message"; }
+    grep -q 'load time' "$tmp/err" && fail "draft $file: refused only after the target loaded"
+    echo "ok   $(grep -m1 -o 'draft model.*' "$tmp/err")"
+done
 # A head given as the model is named as a head, with the option that takes it (it used to fail
 # on the first model key the head lacks)
 timeout 60 mpirun -np 2 "$dec" --model "$tmp/eagle" --tokens 1,2 >/dev/null 2>"$tmp/err" &&
