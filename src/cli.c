@@ -341,6 +341,9 @@ int cli_parse(int argc, char **argv, k25_cli *o, char *err) {
             rc = k25_err(err, "%s does not apply to %s (it reads stdin and takes only --tokenizer "
                          "and --tokenizer-pattern)", run_flag,
                          o->tokenize ? "--tokenize" : "--detokenize");
+        else if (o->tokenizer_pattern && !o->tokenizer_file)
+            rc = k25_err(err, "--tokenizer-pattern needs --tokenizer FILE (without one the ids "
+                              "are the bytes, and no pattern applies)");
     } else if (rc == 0 && !o->help) {
         if (o->model_dir && o->config_file)
             rc = k25_err(err, "--model and --config exclude each other");
@@ -360,6 +363,9 @@ int cli_parse(int argc, char **argv, k25_cli *o, char *err) {
             rc = k25_err(err, "--system needs --chat");
         else if (!o->chat && think_flag)
             rc = k25_err(err, "--think needs --chat");
+        else if (o->tokenizer_pattern && !o->tokenizer_file && !o->model_dir)
+            rc = k25_err(err, "--tokenizer-pattern needs a tokenizer: --tokenizer FILE, or --model "
+                              "DIR with its tiktoken.model");
     }
     if (!o->model_dir) o->synthetic = 1; // the built-in model or --config: generated weights
     if (rc) cli_free(o);

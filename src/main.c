@@ -8,6 +8,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -77,25 +78,27 @@ static size_t tok_flush(void *ctx, char *out, size_t cap) {
 
 // The tokenizer: --tokenizer FILE, else the checkpoint directory's tiktoken.model if it has
 // one; with tokenizer_config.json from the same directory when present. Returns 0 (loaded, or
-// none: the codec stays empty, the byte fallback) or -1 (a broken tokenizer).
+// none: the codec stays empty, the byte fallback) or -1 (a broken tokenizer, or none where one
+// was meant to be).
 static int load_tokenizer(const k25_cli *o, int n_vocab, tok_codec *tc, k25_text_codec *codec,
                           char *err) {
-    char model[4096], conf[4096];
+    char model[4096];
+    struct stat st;
     if (o->tokenizer_file) {
         snprintf(model, sizeof model, "%s", o->tokenizer_file);
-        const char *slash = strrchr(model, '/');
-        snprintf(conf, sizeof conf, "%.*stokenizer_config.json",
-                 slash ? (int)(slash - model + 1) : 0, model);
     } else if (o->model_dir) {
         snprintf(model, sizeof model, "%s/tiktoken.model", o->model_dir);
-        snprintf(conf, sizeof conf, "%s/tokenizer_config.json", o->model_dir);
-        if (access(model, F_OK) != 0) return 0;
+        // A dangling link is there, and fails to open, instead of passing for no tokenizer
+        if (lstat(model, &st) != 0) {
+            if (o->tokenizer_pattern)
+                return k25_err(err, "--tokenizer-pattern: %s has no tiktoken.model to apply it "
+                               "to (give --tokenizer FILE)", o->model_dir);
+            return 0;
+        }
     } else {
         return 0;
     }
-    if (tokenizer_load(model, access(conf, F_OK) == 0 ? conf : NULL, o->tokenizer_pattern,
-                       n_vocab, &tc->tok, err))
-        return -1;
+    if (tokenizer_load_with_config(model, o->tokenizer_pattern, n_vocab, &tc->tok, err)) return -1;
     detok_init(&tc->detok, tc->tok);
     codec->ctx = tc;
     codec->encode = tok_encode;

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cjson/cJSON.h>
 
@@ -185,6 +186,20 @@ int tokenizer_load(const char *tiktoken_path, const char *config_path, const cha
 fail:
     tokenizer_free(t);
     return -1;
+}
+
+int tokenizer_load_with_config(const char *tiktoken_path, const char *pattern, int n_vocab,
+                               k25_tokenizer **out, char *err) {
+    const char *slash = strrchr(tiktoken_path, '/');
+    size_t dn = slash ? (size_t)(slash - tiktoken_path + 1) : 0;
+    char *conf = k25_malloc(dn + sizeof "tokenizer_config.json");
+    memcpy(conf, tiktoken_path, dn);
+    strcpy(conf + dn, "tokenizer_config.json");
+    struct stat st;
+    int rc = tokenizer_load(tiktoken_path, lstat(conf, &st) == 0 ? conf : NULL, pattern, n_vocab,
+                            out, err);
+    free(conf);
+    return rc;
 }
 
 k25_tokenizer *tokenizer_bytes(int n_vocab) {

@@ -35,6 +35,10 @@ extern const char *const K25_KIMI_PATTERN;
 // with a message naming the file and line in err (K25_ERR_LEN bytes).
 int tokenizer_load(const char *tiktoken_path, const char *tokenizer_config_json, const char *pattern,
                    int n_vocab, k25_tokenizer **out, char *err);
+// tokenizer_load with the tokenizer_config.json beside tiktoken_path, when its directory has
+// one (a dangling link counts, and fails to open: a download that stopped half-way).
+int tokenizer_load_with_config(const char *tiktoken_path, const char *pattern, int n_vocab,
+                               k25_tokenizer **out, char *err);
 // For models without a tokenizer file: ids 0..255 are the bytes; every other id decodes as
 // "<|token_N|>". Encoding maps each byte to its id (no merges, no specials).
 k25_tokenizer *tokenizer_bytes(int n_vocab);

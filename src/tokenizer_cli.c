@@ -9,7 +9,6 @@
 #include <ctype.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "common.h"
 #include "tokenizer.h"
@@ -24,18 +23,9 @@ static char *read_input(FILE *in, const char *option, size_t *len) {
 
 static k25_tokenizer *open_tokenizer(const char *tokfile, const char *pattern) {
     if (!tokfile) return tokenizer_bytes(256);
-    // tokenizer_config.json in the same directory, if there is one.
-    const char *slash = strrchr(tokfile, '/');
-    size_t dn = slash ? (size_t)(slash - tokfile + 1) : 0;
-    char *cfg = k25_malloc(dn + sizeof "tokenizer_config.json");
-    memcpy(cfg, tokfile, dn);
-    strcpy(cfg + dn, "tokenizer_config.json");
-    const char *use_cfg = access(cfg, R_OK) == 0 ? cfg : NULL;
     k25_tokenizer *t;
     char err[K25_ERR_LEN];
-    int rc = tokenizer_load(tokfile, use_cfg, pattern, 0, &t, err);
-    free(cfg);
-    if (rc) {
+    if (tokenizer_load_with_config(tokfile, pattern, 0, &t, err)) {
         fprintf(stderr, "k25dec: %s\n", err);
         return NULL;
     }

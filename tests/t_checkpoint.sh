@@ -233,6 +233,22 @@ if [ -x ./k25dec ]; then
             echo "ok   k25dec -np 2 on $name exits $rc"
         fi
     done
+    # The tokenizer: a tiktoken.model link whose target is gone (a download that stopped) fails
+    # instead of passing for no tokenizer (byte ids); a pattern with no tokenizer to apply it to.
+    d=$(copy danglingtok)
+    ln -s "$tmp/nonexistent/tiktoken.model" "$d/tiktoken.model"
+    for c in "$d:tiktoken.model: cannot open" "$good:has no tiktoken.model to apply it to"; do
+        dir=${c%%:*}
+        pat=${c#*:}
+        out=$(timeout 120 mpirun -np 2 ./k25dec --model "$dir" -p Hello -n 1 \
+              $([ "$dir" = "$good" ] && echo --tokenizer-pattern '\w+') 2>&1)
+        rc=$?
+        if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -qF -- "$pat" <<<"$out"; then
+            fail "k25dec on $(basename "$dir") with -p: exit $rc: $out"
+        else
+            echo "ok   k25dec -np 2 -p on $(basename "$dir"): $(grep -m1 -o 'error: .*' <<<"$out")"
+        fi
+    done
 else
     echo "skip k25dec checks: ./k25dec not built"
 fi

@@ -51,6 +51,9 @@ int main(void) {
     check("--tokenize takes no decode option",
           PARSE(&o, err, "--tokenize", "-p", "x") != 0 &&
               strstr(err, "-p does not apply to --tokenize"));
+    check("--tokenize with a pattern and no tokenizer is refused",
+          PARSE(&o, err, "--tokenize", "--tokenizer-pattern", "(") != 0 &&
+              strstr(err, "--tokenizer-pattern needs --tokenizer FILE"));
     check("--detokenize takes --tokenizer",
           PARSE(&o, err, "--detokenize", "--tokenizer", "t") == 0);
     // A seed is decimal everywhere: 010 is ten (k25-mkckpt read octal), 2^64 - 1 the largest.
