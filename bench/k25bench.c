@@ -1218,12 +1218,14 @@ int main(int argc, char **argv) {
     length_range(a.input_len, a.range_ratio, &in_lo, &in_hi);
     length_range(a.output_len, a.range_ratio, &out_lo, &out_hi);
     for (int i = 0; i < a.n_levels; i++) max_conc = a.levels[i] > max_conc ? a.levels[i] : max_conc;
-    const int prof_need = profile_tokens(a.profile_steps);
+    const int prof_need = a.profile_steps > 0 ? profile_tokens(a.profile_steps) : 0;
     int out_need = out_hi > prof_need ? out_hi : prof_need;
+    if (ok && in_hi + out_need > cfg.max_pos)
+        ok = k25_err(err, "input %d + output %d tokens%s exceed max_position_embeddings %d",
+                     in_hi, out_need,
+                     out_need > out_hi ? " (the breakdown's decode steps)" : "", cfg.max_pos) == 0;
+    // A run.ctx_size set past max_position_embeddings is the configuration's to name
     if (ok && in_hi + out_need > cfg.ctx_size) cfg.ctx_size = in_hi + out_need;
-    if (ok && cfg.ctx_size > cfg.max_pos)
-        ok = k25_err(err, "input %d + output %d tokens exceed max_position_embeddings %d", in_hi,
-                     out_need, cfg.max_pos) == 0;
     if (ok) ok = config_validate(&cfg, err) == 0;
     for (int i = 0; ok && a.spec_draft && i < a.n_spec_modes; i++)
         if (a.spec_oracle[i] && cfg.temp > 0)

@@ -101,6 +101,16 @@ out=$(timeout 60 mpirun -np 2 "$bin" --config config/tiny.ini 2>&1) && fail "--c
 grep -q -- "--synthetic" <<<"$out" || fail "no hint about --synthetic: $out"
 out=$(timeout 60 mpirun -np 2 "$bin" --config config/tiny.ini --synthetic 1 --concurrency 0 2>&1) \
     && fail "--concurrency 0 accepted"
+# A context past the model's is named: run.ctx_size when it was set there, else the lengths
+# (and the breakdown's decode steps when they are what does not fit).
+out=$(timeout 60 "$bin" --config config/tiny.ini --synthetic 1 --input-len 8 --output-len 4 \
+      --set run.ctx_size=5000 2>&1) && fail "run.ctx_size 5000 accepted"
+grep -q "run.ctx_size (5000) exceeds model.max_position_embeddings (4096)" <<<"$out" ||
+    fail "no message naming run.ctx_size: $out"
+out=$(timeout 60 "$bin" --config config/tiny.ini --synthetic 1 --input-len 4094 --output-len 1 2>&1) \
+    && fail "4094 + the breakdown's 9 tokens accepted"
+grep -q "input 4094 + output 9 tokens (the breakdown's decode steps) exceed" <<<"$out" ||
+    fail "no message naming the breakdown: $out"
 # An unknown word is named as unknown, also as the last argument; a known flag there lacks its value.
 out=$(timeout 60 "$bin" --config config/tiny.ini --synthetic 1 --bogus 2>&1) && fail "--bogus accepted"
 grep -q "unknown option '--bogus'" <<<"$out" || fail "no 'unknown option' message: $out"
