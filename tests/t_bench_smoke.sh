@@ -101,6 +101,12 @@ out=$(timeout 60 mpirun -np 2 "$bin" --config config/tiny.ini 2>&1) && fail "--c
 grep -q -- "--synthetic" <<<"$out" || fail "no hint about --synthetic: $out"
 out=$(timeout 60 mpirun -np 2 "$bin" --config config/tiny.ini --synthetic 1 --concurrency 0 2>&1) \
     && fail "--concurrency 0 accepted"
+# An empty item of a list is refused, not skipped.
+for v in "--concurrency 1,,2" "--concurrency 1," "--spec-accept 0.5,"; do
+    out=$(timeout 60 "$bin" --config config/tiny.ini --synthetic 1 --spec-draft ngram $v 2>&1) &&
+        fail "$v accepted"
+    grep -q -- "${v%% *}: '' is not" <<<"$out" || fail "$v: no message about the empty item: $out"
+done
 # A context past the model's is named: run.ctx_size when it was set there, else the lengths
 # (and the breakdown's decode steps when they are what does not fit).
 out=$(timeout 60 "$bin" --config config/tiny.ini --synthetic 1 --input-len 8 --output-len 4 \

@@ -155,6 +155,12 @@ if [ -x "$EG" ]; then
     out=$("$MK" --config config/tiny.ini --synthetic 1 --out "$tmp/parent/a/eagle" 2>&1)
     [ $? -ne 0 ] && grep -qF -- "already holds a checkpoint" <<<"$out" ||
         fail "k25-mkckpt over an EAGLE head: $out"
+    # an empty item of --aux-layers is refused, not skipped (it wrote the head with [1, 2])
+    for v in 1,,2 ,1 1,; do
+        out=$("$EG" --config config/tiny.ini --synthetic 1 --aux-layers "$v" --out "$tmp/aux" 2>&1)
+        [ $? -eq 2 ] && [ ! -e "$tmp/aux" ] && grep -qF -- "--aux-layers: '$v'" <<<"$out" ||
+            fail "k25-mkeagle --aux-layers '$v': $out"
+    done
 fi
 
 # Missing or contradicting options: a line naming the problem, exit 2, nothing written.

@@ -84,7 +84,7 @@ int main(int argc, char **argv) {
             char buf[128];
             snprintf(buf, sizeof buf, "%s", val);
             o.n_aux = 0;
-            for (char *save, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+            for (char *rest = buf, *t; (t = strsep(&rest, ",")) != NULL;) { // "" items too
                 if (o.n_aux == 3 || k25_parse_long(t, -1, 1 << 20, &v)) {
                     fprintf(stderr, "k25-mkeagle: --aux-layers: '%s' is not 1 to 3 ids\n", val);
                     return 2;
