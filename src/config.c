@@ -723,11 +723,13 @@ int config_validate(const k25_config *c, char *err) {
         {"model.n_shared_experts", c->n_shared}, {"run.n_predict", c->n_predict},
         {"run.top_k", c->sample_top_k},          {"run.threads", c->threads},
         {"run.kv_cache_mb", c->kv_cache_mb},     {"run.tp", c->tp},
-        {"run.sim_tp", c->sim_tp},       {"run.pp_async", c->pp_async},
+        {"run.sim_tp", c->sim_tp},               {"run.pp_async", c->pp_async},
+        {"run.seed", c->seed},
     };
     for (size_t i = 0; i < sizeof nonneg / sizeof nonneg[0]; i++)
         if (nonneg[i].v < 0)
             return k25_err(err, "%s must not be negative (is %d)", nonneg[i].key, nonneg[i].v);
+    if (c->pp_async > 1) return k25_err(err, "run.pp_async is 0 or 1 (is %d)", c->pp_async);
     struct { const char *key; float v; } fpos[] = {
         {"model.routed_scaling_factor", c->routed_scale},
         {"model.rms_norm_eps", c->norm_eps},

@@ -558,6 +558,8 @@ static void test_validate(void) {
     expect_invalid("config/tiny.ini", "run.top_p=0", NULL, "top_p");
     expect_invalid("config/tiny.ini", "run.backend=tpu", NULL, "backend");
     expect_invalid("config/tiny.ini", "rope.mscale=0.707", NULL, "mscale");
+    expect_invalid("config/tiny.ini", "run.seed=-1", NULL, "run.seed must not be negative");
+    expect_invalid("config/tiny.ini", "run.pp_async=7", NULL, "run.pp_async is 0 or 1");
 
     // BF16 experts lift the group constraints; no rope scaling is fine.
     k25_config c;
