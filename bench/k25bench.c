@@ -129,19 +129,12 @@ static void usage(FILE *f) {
 // Command line
 // ------------------------------------------------------------------------------------------
 
-// The options that take a value: an unknown word is named as unknown even when it comes last.
-static int is_value_flag(const char *f) {
-    static const char *const flags[] = {
-        "--model",     "--config",      "--synthetic",   "--set",
-        "--backend",   "--threads",     "--pp",          "--concurrency",
-        "--input-len", "--output-len",  "--range-ratio", "--num-prompts-factor",
-        "--seed",      "--profile-steps", "--spec-draft", "--spec-k",
-        "--spec-accept", "--json",      "--plot",        "--trace",
-        "--phases"};
-    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
-        if (!strcmp(f, flags[i])) return 1;
-    return 0;
-}
+static const char *const value_flags[] = {
+    "--model",       "--config",      "--synthetic",     "--set",          "--backend",
+    "--threads",     "--pp",          "--concurrency",   "--input-len",    "--output-len",
+    "--range-ratio", "--num-prompts-factor", "--seed",   "--profile-steps", "--spec-draft",
+    "--spec-k",      "--spec-accept", "--json",          "--plot",         "--trace",
+    "--phases",      NULL};
 
 static int parse_args(int argc, char **argv, bench_args *a, char *err) {
     memset(a, 0, sizeof *a);
@@ -166,7 +159,7 @@ static int parse_args(int argc, char **argv, bench_args *a, char *err) {
             a->profile_only = 1;
             continue;
         }
-        if (!is_value_flag(f)) return k25_err(err, "unknown option '%s' (see --help)", f);
+        if (!k25_is_one_of(f, value_flags)) return k25_err(err, "unknown option '%s' (see --help)", f);
         if (i + 1 >= argc) return k25_err(err, "%s: missing value", f);
         const char *val = argv[++i];
         if (!strcmp(f, "--model")) {

@@ -279,6 +279,10 @@ int cli_parse(int argc, char **argv, k25_cli *o, char *err) {
         if (!run_flag && f->id != F_TOKENIZER && f->id != F_TOK_PATTERN && f->id != F_TOKENIZE &&
             f->id != F_DETOKENIZE && f->id != F_HELP && f->id != F_VERBOSE)
             run_flag = arg;
+        if (val && !*val && (f->id == F_MODEL || f->id == F_CONFIG || f->id == F_TOKENIZER)) {
+            rc = k25_err(err, "%s: the path is empty", name); // "" would read "/config.json"
+            break;
+        }
         switch (f->id) {
         case F_MODEL: o->model_dir = val; break;
         case F_CONFIG: o->config_file = val; break;

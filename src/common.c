@@ -119,6 +119,12 @@ int k25_parse_long(const char *s, long lo, long hi, long *out) {
     return 0;
 }
 
+int k25_is_one_of(const char *s, const char *const *list) {
+    for (; *list; list++)
+        if (!strcmp(s, *list)) return 1;
+    return 0;
+}
+
 int k25_flush_check(FILE *f, const char *what, char *err) {
     errno = 0;
     if (fflush(f) == 0 && !ferror(f)) return 0;

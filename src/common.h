@@ -56,6 +56,9 @@ int k25_parse_long(const char *s, long lo, long hi, long *out);
 // A synthetic-weights seed: whole decimal digits (no sign, no octal or hex) within 64 bits; 0
 // or -1. Every tool reads a seed this way, so that one SEED names the same weights everywhere.
 int k25_parse_seed(const char *s, uint64_t *out);
+// Whether s is one of the NULL-terminated list's words (a tool's options that take a value: an
+// unknown word is then named as unknown even when it comes last, not as lacking its value).
+int k25_is_one_of(const char *s, const char *const *list);
 // Flushes f: -1 with err naming `what` and the reason when that or an earlier write to f failed
 // (a full disk, a closed pipe), so that a program never reports success over lost output.
 int k25_flush_check(FILE *f, const char *what, char *err);

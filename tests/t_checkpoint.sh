@@ -163,20 +163,29 @@ if [ -x "$EG" ]; then
     done
 fi
 
-# Missing or contradicting options: a line naming the problem, exit 2, nothing written.
-for c in "no model: give --config|--synthetic 5 --out $tmp/parent/x" \
-         "missing --synthetic SEED|--config config/tiny.ini --out $tmp/parent/x" \
-         "missing --out DIR|--config config/tiny.ini --synthetic 5" \
-         "--single writes one file: it takes no --shards|--config config/tiny.ini --synthetic 5 --single --shards 2 --out $tmp/parent/x" \
-         "--manifest DIR takes no other option|--manifest $good --out $tmp/parent/x"; do
-    read -ra args <<<"${c#*|}"
-    out=$("$MK" "${args[@]}" 2>&1)
+# Missing, empty or contradicting options: a line naming the problem, exit 2, nothing written.
+refused() { # TOOL "message" args...
+    local tool=$1 msg=$2 out rc
+    shift 2
+    out=$("$tool" "$@" 2>&1)
     rc=$?
-    if [ $rc -ne 2 ] || [ -e "$tmp/parent/x" ] || ! grep -qF -- "k25-mkckpt: error: ${c%%|*}" <<<"$out"; then
-        fail "k25-mkckpt ${c#*|}: exit $rc, message: $(head -1 <<<"$out")"
+    if [ $rc -ne 2 ] || [ -e "$tmp/parent/x" ] || ! grep -qF -- "$(basename "$tool"): $msg" <<<"$out"; then
+        fail "$(basename "$tool") $*: exit $rc, message: $(head -1 <<<"$out")"
     fi
-done
-echo "ok   missing or contradicting k25-mkckpt options"
+}
+refused "$MK" "error: no model: give --config" --synthetic 5 --out "$tmp/parent/x"
+refused "$MK" "error: missing --synthetic SEED" --config config/tiny.ini --out "$tmp/parent/x"
+refused "$MK" "error: missing --out DIR" --config config/tiny.ini --synthetic 5
+refused "$MK" "error: --single writes one file: it takes no --shards" --config config/tiny.ini \
+    --synthetic 5 --single --shards 2 --out "$tmp/parent/x"
+refused "$MK" "error: --manifest DIR takes no other option" --manifest "$good" --out "$tmp/parent/x"
+refused "$MK" "error: --config: the path is empty" --config "" --synthetic 5 --out "$tmp/parent/x"
+refused "$MK" "error: --out: the path is empty" --config config/tiny.ini --synthetic 5 --out ""
+refused "$EG" "error: give one of --config FILE.ini and --model DIR" --synthetic 5 --out "$tmp/parent/x"
+refused "$EG" "error: missing --out DIR" --config config/tiny.ini --synthetic 5
+refused "$EG" "error: --model: the path is empty" --model "" --synthetic 5 --out "$tmp/parent/x"
+refused "$EG" "unknown option '--bogus'" --config config/tiny.ini --synthetic 5 --bogus
+echo "ok   missing, empty or contradicting k25-mkckpt and k25-mkeagle options"
 
 # A checkpoint larger than the free space is refused before the first byte (the full model:
 # 594 GB). Skipped where that much is free.

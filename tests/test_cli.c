@@ -51,6 +51,11 @@ int main(void) {
     check("--tokenize takes no decode option",
           PARSE(&o, err, "--tokenize", "-p", "x") != 0 &&
               strstr(err, "-p does not apply to --tokenize"));
+    check("an empty --model is refused",
+          PARSE(&o, err, "--model", "", "-p", "x") != 0 && strstr(err, "--model: the path is empty"));
+    check("an empty --tokenizer is refused",
+          PARSE(&o, err, "--tokenize", "--tokenizer=") != 0 &&
+              strstr(err, "--tokenizer: the path is empty"));
     check("--tokenize with a pattern and no tokenizer is refused",
           PARSE(&o, err, "--tokenize", "--tokenizer-pattern", "(") != 0 &&
               strstr(err, "--tokenizer-pattern needs --tokenizer FILE"));

@@ -412,6 +412,8 @@ int main(int argc, char **argv) {
         wrong = "missing --out DIR";
     } else if (single && shards_s) {
         wrong = "--single writes one file: it takes no --shards";
+    } else if ((ini && !*ini) || !*out) {
+        wrong = ini && !*ini ? "--config: the path is empty" : "--out: the path is empty";
     }
     if (wrong) {
         fprintf(stderr, "k25-mkckpt: error: %s\n", wrong);

@@ -47,6 +47,13 @@ int main(int argc, char **argv) {
         if (!strcmp(f, "--own-embed")) { o.own_embed = 1; continue; }
         if (!strcmp(f, "--no-lm-head")) { o.no_lm_head = 1; continue; }
         if (!strcmp(f, "--norm-before-residual")) { o.norm_before_residual = 1; continue; }
+        static const char *const value_flags[] = {"--config", "--model", "--set", "--synthetic",
+                                                   "--out", "--draft-vocab", "--intermediate",
+                                                   "--aux-layers", NULL};
+        if (!k25_is_one_of(f, value_flags)) {
+            fprintf(stderr, "k25-mkeagle: unknown option '%s' (see --help)\n", f);
+            return 2;
+        }
         if (i + 1 >= argc) {
             fprintf(stderr, "k25-mkeagle: %s needs a value\n", f);
             return 2;
@@ -91,12 +98,17 @@ int main(int argc, char **argv) {
                 }
                 o.aux_ids[o.n_aux++] = (int)v;
             }
-        } else {
-            fprintf(stderr, "k25-mkeagle: unknown option '%s' (see --help)\n", f);
-            return 2;
         }
     }
-    if ((!ini == !model) || !out || !have_seed) {
+    const char *wrong = NULL;
+    if (!ini == !model) wrong = "give one of --config FILE.ini and --model DIR";
+    else if (!have_seed) wrong = "missing --synthetic SEED";
+    else if (!out) wrong = "missing --out DIR";
+    else if (ini && !*ini) wrong = "--config: the path is empty";
+    else if (model && !*model) wrong = "--model: the path is empty";
+    else if (!*out) wrong = "--out: the path is empty";
+    if (wrong) {
+        fprintf(stderr, "k25-mkeagle: error: %s\n", wrong);
         usage(stderr);
         return 2;
     }
