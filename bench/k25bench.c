@@ -1011,26 +1011,41 @@ static char *level_json(const level_result *r, const run_desc *d, const bench_ar
 
 // All lines so far into path, whole (src/out_file.h): a killed run keeps the levels it
 // finished. A device or a pipe cannot be replaced, only appended to: it gets the new lines.
-static int write_json(const char *path, char **lines, int n, int *n_written, char *err) {
-    k25_out_file o;
-    if (out_file_open(&o, path, "--json", 0, err)) return -1;
-    for (int i = out_file_in_place(&o) ? *n_written : 0; i < n; i++)
-        fprintf(o.f, "%s\n", lines[i]);
-    if (out_file_commit(&o, err)) return -1;
+// The JSON lines of the levels so far: rewritten whole (PATH.tmp, renamed) after every level,
+// so that a stopped sweep leaves the finished levels. A target written in place (a pipe, a
+// device) is opened once, into *live, and gets each new line: reopening a pipe per level
+// would hand its reader an end of file after the first. live NULL: a plain file only.
+static int write_json(k25_out_file *live, const char *path, char **lines, int n, int *n_written,
+                      char *err) {
+    if (!live || !live->f) {
+        k25_out_file o;
+        if (out_file_open(&o, path, "--json", 0, err)) return -1;
+        if (live && out_file_in_place(&o)) {
+            *live = o;
+        } else {
+            for (int i = 0; i < n; i++) fprintf(o.f, "%s\n", lines[i]);
+            if (out_file_commit(&o, err)) return -1;
+            *n_written = n;
+            return 0;
+        }
+    }
+    for (int i = *n_written; i < n; i++) fprintf(live->f, "%s\n", lines[i]);
+    if (k25_flush_check(live->f, live->path, err)) return k25_err(err, "--json: %s", err);
     *n_written = n;
     return 0;
 }
 
-static void make_plot(const char *script, const char *json, const char *png) {
+// 0 when the plot was written; -1 with why in err.
+static int make_plot(const char *script, const char *json, const char *png, char *err) {
     char qs[PATH_MAX + 16], qj[PATH_MAX + 16], qp[PATH_MAX + 16], cmd[3 * PATH_MAX + 64];
     shell_quote(script, qs, sizeof qs);
     shell_quote(json, qj, sizeof qj);
     shell_quote(png, qp, sizeof qp);
     snprintf(cmd, sizeof cmd, "python3 %s --out %s %s", qs, qp, qj);
-    if (system(cmd) == 0)
-        k25_log("k25bench: plot written to %s\n", png);
-    else
-        k25_log("k25bench: warning: plotting failed (%s): no plot\n", cmd);
+    int rc = system(cmd);
+    if (rc != 0) return k25_err(err, "--plot %s: plotting failed (%s, status %d)", png, cmd, rc);
+    k25_log("k25bench: plot written to %s\n", png);
+    return 0;
 }
 
 // ------------------------------------------------------------------------------------------
@@ -1238,6 +1253,13 @@ int main(int argc, char **argv) {
         if (ok && a.trace) ok = out_file_check(a.trace, "--trace", 0, err) == 0;
         if (ok && a.phases) ok = out_file_check(a.phases, "--phases", 0, err) == 0;
         if (ok && a.phases) ok = kernel_phases_built(err) == 0;
+        const char *outs[][2] = {{"--json", a.json}, {"--plot", a.plot}, {"--trace", a.trace},
+                                 {"--phases", a.phases}};
+        for (int i = 0; ok && i < 4; i++)
+            for (int j = i + 1; ok && j < 4; j++)
+                if (outs[i][1] && outs[j][1] && out_file_same(outs[i][1], outs[j][1]))
+                    ok = k25_err(err, "%s and %s name one file (%s): each needs its own",
+                                 outs[i][0], outs[j][0], outs[j][1]) == 0;
         if (ok && a.plot) {
             char why[K25_ERR_LEN];
             do_plot = find_plotter(plot_script, sizeof plot_script, why) == 0;
@@ -1307,6 +1329,8 @@ int main(int argc, char **argv) {
     char **lines = k25_calloc(a.n_levels, sizeof(char *));
     char json_err[K25_ERR_LEN] = ""; // rank 0: the first failed --json write
     int json_lines = 0;
+    k25_out_file json_live = {0};    // an --json target written in place, open for the sweep
+    char plot_err[K25_ERR_LEN] = ""; // rank 0: a --plot that failed
     int n_done = a.n_levels;
     for (int li = 0; li < a.n_levels; li++) {
         int conc = a.levels[li];
@@ -1338,7 +1362,8 @@ int main(int argc, char **argv) {
         if (d.world_rank == 0) {
             if (!a.profile_only) print_table_row(&res[li]);
             lines[li] = level_json(&res[li], &desc, &a, &cfg);
-            if (a.json && !json_err[0] && write_json(a.json, lines, li + 1, &json_lines, json_err))
+            if (a.json && !json_err[0] &&
+                write_json(&json_live, a.json, lines, li + 1, &json_lines, json_err))
                 k25_log("k25bench: %s: the run goes on (its results are on stdout), then exits "
                         "with this error\n", json_err);
         }
@@ -1347,20 +1372,23 @@ int main(int argc, char **argv) {
     if (d.world_rank == 0) {
         print_profile_table(res, n_done);
         if (spec) print_spec_table(res, n_done, &a);
-        if (do_plot) {
+        char why[K25_ERR_LEN];
+        if (json_live.f && out_file_commit(&json_live, why) && !json_err[0])
+            snprintf(json_err, sizeof json_err, "%s", why);
+        // A plot that was asked for and failed fails the run; one with no level has no data.
+        if (do_plot && n_done > 0 && !json_err[0]) {
             if (a.json) {
-                if (!json_err[0]) make_plot(plot_script, a.json, a.plot);
+                make_plot(plot_script, a.json, a.plot, plot_err);
             } else {
                 char tmp[] = "/tmp/k25bench-XXXXXX";
                 int fd = mkstemp(tmp);
                 int none = 0;
-                char why[K25_ERR_LEN];
-                if (fd >= 0) {
+                if (fd < 0) {
+                    k25_err(plot_err, "--plot: cannot create %s: %s", tmp, strerror(errno));
+                } else {
                     close(fd);
-                    if (write_json(tmp, lines, n_done, &none, why) == 0)
-                        make_plot(plot_script, tmp, a.plot);
-                    else
-                        k25_log("k25bench: warning: %s: no plot\n", why);
+                    if (write_json(NULL, tmp, lines, n_done, &none, plot_err) == 0)
+                        make_plot(plot_script, tmp, a.plot, plot_err);
                     unlink(tmp);
                 }
             }
@@ -1370,8 +1398,9 @@ int main(int argc, char **argv) {
     // Results that did not reach their file or stdout must not end in success.
     ok = 1;
     if (d.world_rank == 0)
-        ok = (json_err[0] ? k25_err(err, "%s", json_err)
-                          : k25_flush_check(stdout, "standard output", err)) == 0;
+        ok = (json_err[0]   ? k25_err(err, "%s", json_err)
+              : plot_err[0] ? k25_err(err, "%s", plot_err)
+                            : k25_flush_check(stdout, "standard output", err)) == 0;
     agree_or_exit(&d, ok, err);
     for (int i = 0; i < n_done; i++) cJSON_free(lines[i]), free(res[i].spec);
     free(lines);

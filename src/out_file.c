@@ -26,6 +26,37 @@ static char *dangling_target(const char *path) {
     return out;
 }
 
+// The absolute name of the file that `path` writes (links and ".." resolved, the directory's
+// when the file does not exist yet); NULL when its directory does not resolve.
+static char *landing(const char *path) {
+    char *t = dangling_target(path), buf[PATH_MAX], *out = NULL;
+    if (realpath(t, buf)) {
+        out = k25_strdup(buf);
+    } else {
+        const char *slash = strrchr(t, '/');
+        char dir[PATH_MAX];
+        snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - t) + 1 : 1, slash ? t : ".");
+        if (realpath(dir, buf)) {
+            out = k25_malloc(strlen(buf) + strlen(t) + 2);
+            sprintf(out, "%s/%s", buf, slash ? slash + 1 : t);
+        }
+    }
+    free(t);
+    return out;
+}
+
+int out_file_same(const char *a, const char *b) {
+    struct stat sa, sb;
+    int ea = stat(a, &sa) == 0, eb = stat(b, &sb) == 0;
+    if (ea && eb) // a device or pipe written in place may well take two outputs
+        return S_ISREG(sa.st_mode) && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    char *la = landing(a), *lb = landing(b);
+    int same = la && lb && !strcmp(la, lb);
+    free(la);
+    free(lb);
+    return same;
+}
+
 static int not_rewindable(const char *path, const char *what, char *err) {
     return k25_err(err, "%s: %s cannot be rewound (a pipe?): the format writes its row count "
                    "last; give a regular file", what, path);

@@ -21,6 +21,9 @@ extern "C" {
 // Whether `path` can be opened by out_file_open (with the same `seekable`), checked before a
 // long run so that it does not fail at the end. `what` (the flag) starts every message.
 int out_file_check(const char *path, const char *what, int seekable, char *err);
+// Whether two output paths name one regular file, existing or not (two spellings, links):
+// two outputs there would overwrite each other.
+int out_file_same(const char *a, const char *b);
 // Opens for writing (binary). `seekable`: refuse a target that cannot be rewound (a pipe),
 // for formats that rewrite their header last.
 int out_file_open(k25_out_file *o, const char *path, const char *what, int seekable, char *err);

@@ -101,6 +101,41 @@ out=$(timeout 60 mpirun -np 2 "$bin" --config config/tiny.ini 2>&1) && fail "--c
 grep -q -- "--synthetic" <<<"$out" || fail "no hint about --synthetic: $out"
 out=$(timeout 60 mpirun -np 2 "$bin" --config config/tiny.ini --synthetic 1 --concurrency 0 2>&1) \
     && fail "--concurrency 0 accepted"
+# Two outputs on one file are refused before loading (--json was lost under the plot's PNG).
+out=$(timeout 60 "$bin" --config config/tiny.ini --synthetic 1 --json "$tmp/same.png" \
+      --plot "$tmp/./same.png" 2>&1) && fail "--json and --plot on one file accepted"
+grep -q -- "--json and --plot name one file" <<<"$out" || fail "no message about one file: $out"
+
+# --json into a named pipe: opened once, so its reader gets every level's line and the run ends
+# (a pipe reopened per level handed the reader an end of file after the first, then hung).
+mkfifo "$tmp/pipe"
+cat "$tmp/pipe" >"$tmp/piped" &
+reader=$!
+timeout 60 "$bin" --config config/tiny.ini --synthetic 1 --concurrency 1,2 --input-len 8 \
+    --output-len 4 --no-warmup --profile-steps 0 --json "$tmp/pipe" >/dev/null 2>"$tmp/pipe.err" ||
+    { cat "$tmp/pipe.err"; fail "--json into a pipe: exit $?"; }
+wait $reader
+[ "$(grep -c '"max_concurrency"' "$tmp/piped")" -eq 2 ] || fail "--json into a pipe: $(cat "$tmp/piped")"
+
+# A plot that fails fails the run, naming --plot; the results are still on stdout and in --json.
+# (python3 here stands in for one with matplotlib; plot.py for one that fails, then works.)
+mkdir -p "$tmp/py"
+printf '#!/bin/sh\n[ "$1" = -c ] && exit 0\nexec %s "$@"\n' "$(command -v python3)" >"$tmp/py/python3"
+chmod +x "$tmp/py/python3"
+echo 'import sys; sys.exit("plot.py: no plot today")' >"$tmp/badplot.py"
+echo 'import sys; open(sys.argv[2], "w").write("png")' >"$tmp/goodplot.py"
+for v in bad good; do
+    PATH="$tmp/py:$PATH" K25_PLOT_PY="$tmp/${v}plot.py" timeout 60 "$bin" --config config/tiny.ini \
+        --synthetic 1 --concurrency 1 --input-len 8 --output-len 4 --no-warmup --profile-steps 0 \
+        --json "$tmp/p.jsonl" --plot "$tmp/$v.png" >"$tmp/plot.out" 2>&1
+    rc=$?
+    case $v in
+    bad) [ $rc -ne 0 ] && grep -q -- "--plot $tmp/bad.png: plotting failed" "$tmp/plot.out" &&
+             [ -s "$tmp/p.jsonl" ] || fail "a failed plot: exit $rc, $(cat "$tmp/plot.out")";;
+    good) [ $rc -eq 0 ] && [ -s "$tmp/good.png" ] || fail "a plot: exit $rc, $(cat "$tmp/plot.out")";;
+    esac
+done
+
 # An empty item of a list is refused, not skipped.
 for v in "--concurrency 1,,2" "--concurrency 1," "--spec-accept 0.5,"; do
     out=$(timeout 60 "$bin" --config config/tiny.ini --synthetic 1 --spec-draft ngram $v 2>&1) &&
