@@ -23,6 +23,10 @@ int pipeline_layout(const k25_config *cfg, int pp, int *first, char *err) {
             if (cfg->pp_layers[s] < 1)
                 return k25_err(err, "run.pp_layers: stage %d gets %d layers (every stage needs "
                                "at least one)", s, cfg->pp_layers[s]);
+            // Past the model's layers here (and in the sum, without overflow) already
+            if (cfg->pp_layers[s] > L - first[s])
+                return k25_err(err, "run.pp_layers: stages 0..%d get more than the %d layers "
+                               "of the model (model.num_hidden_layers)", s, L);
             first[s + 1] = first[s] + cfg->pp_layers[s];
         }
         if (first[pp] != L)

@@ -115,6 +115,6 @@ bad ./k25dec 2 "run.pp_layers adds up to 3 layers, the model has 4" "${common[@]
 bad ./k25dec 2 "run.pp_layers lists 3 stages but run.pp is 2" "${common[@]}" --pp 2 --set run.pp_layers=1,1,2
 bad ./k25bench 4 "run.pp = 3 pipeline stages cannot split the 4 MPI ranks" --config config/tiny.ini \
     --synthetic 1 --pp 3 --concurrency 1 --input-len 4 --output-len 2
-bad ./k25bench 2 "run.pp_layers adds up to 5 layers" --config config/tiny.ini --synthetic 1 \
+bad ./k25bench 2 "run.pp_layers: stages 0..1 get more than the 4 layers" --config config/tiny.ini --synthetic 1 \
     --pp 2 --set run.pp_layers=4,1 --concurrency 1 --input-len 4 --output-len 2
 echo "pipeline ok"

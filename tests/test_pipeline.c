@@ -64,6 +64,9 @@ static void check_layouts(const k25_config *c) {
     check_layout(c, 4, 2, "2,1", NULL, "adds up to 3 layers");
     check_layout(c, 4, 2, "4", NULL, "lists 1 stage but run.pp is 2");
     check_layout(c, 4, 2, "0,4", NULL, "stage 0 gets 0 layers");
+    check_layout(c, 4, 2, "4,1", NULL, "stages 0..1 get more than the 4 layers");
+    // the sum would wrap around INT_MAX (to -2: "adds up to -2 layers")
+    check_layout(c, 4, 2, "2147483647,2147483647", NULL, "stages 0..0 get more than the 4");
     check_layout(c, 4, 0, "", NULL, "at least one stage");
 
     char line[256];
