@@ -56,6 +56,24 @@ for s in decode bench-sweep bench-summary multinode; do
 done
 echo "ok: the job scripts refuse to run outside Slurm"
 
+# Text split under shell quoting (K25_ARGS, K25_SRUN_ARGS, sweep lines): one that does not split
+# is named, before anything runs (it was a bare "eval: unexpected EOF" from inside a job).
+printf '%s\n' "--concurrency 1" '--input-len "8' > "$tmp/quote.txt"
+out=$(PATH="$tmp/bin:$PATH" scripts/slurm/submit-sweep.sh "$tmp/quote.txt" 2>&1) &&
+    fail "submit-sweep.sh took a sweep line with an open quote"
+grep -q "quote.txt, task 1: not shell words" <<<"$out" || fail "submit-sweep.sh on an open quote: $out"
+out=$(K25_ARGS='-p "two' scripts/slurm/submit-sweep.sh bench/sweeps/tiny.txt 2>&1) &&
+    fail "submit-sweep.sh took K25_ARGS with an open quote"
+grep -q "K25_ARGS: not shell words" <<<"$out" || fail "submit-sweep.sh on K25_ARGS: $out"
+out=$(K25_ROOT=$root K25_ARGS='-p "two' bash -c 'source scripts/slurm/common.sh; k25_extra_args
+    echo unreachable' 2>&1) && fail "k25_extra_args took an open quote"
+grep -q "K25_ARGS: not shell words" <<<"$out" && ! grep -q unreachable <<<"$out" ||
+    fail "k25_extra_args on an open quote: $out"
+out=$(K25_ROOT=$root K25_ARGS='-p "two words" -n 2' bash -c 'source scripts/slurm/common.sh
+    k25_extra_args; printf "<%s>" "${K25_EXTRA_ARGS[@]}"') || fail "k25_extra_args: $out"
+[ "$out" = "<-p><two words><-n><2>" ] || fail "k25_extra_args split '-p \"two words\" -n 2' as $out"
+echo "ok: text that does not split into shell words is named before anything runs"
+
 # ---------------------------------------------------------------------------------------------
 # Slurm
 # ---------------------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ k25_cpus_per_task() {
 # rank sees all GPUs of its node and the program picks one by its node-local rank.
 k25_srun() {
     local extra=()
-    [ -n "${K25_SRUN_ARGS:-}" ] && eval "extra=($K25_SRUN_ARGS)"
+    k25_words extra "${K25_SRUN_ARGS:-}" K25_SRUN_ARGS
     srun --mpi=pmix --cpus-per-task="$(k25_cpus_per_task)" "${extra[@]}" "$@"
 }
 
@@ -63,11 +63,23 @@ k25_model_args() {
     return 0
 }
 
-# Fills the array K25_EXTRA_ARGS from K25_ARGS (shell quoting, so -p "two words" works).
+# Whether text $1 splits into words under shell quoting; parsed by a separate shell, so
+# nothing in it runs.
+k25_words_ok() { bash -n -c "_words=($1)" 2>/dev/null; }
+# Fills the array named $1 with the words of text $2 under shell quoting (so -p "two words" is
+# two words); stops, naming $3 (where the text came from), when it does not split.
+k25_words() {
+    if ! k25_words_ok "$2"; then
+        echo "${0##*/}: $3: not shell words (a quote or parenthesis left open?): $2" >&2
+        exit 2
+    fi
+    eval "$1=($2)"
+}
+
+# Fills the array K25_EXTRA_ARGS from K25_ARGS.
 k25_extra_args() {
     K25_EXTRA_ARGS=()
-    [ -n "${K25_ARGS:-}" ] && eval "K25_EXTRA_ARGS=($K25_ARGS)"
-    return 0
+    k25_words K25_EXTRA_ARGS "${K25_ARGS:-}" K25_ARGS
 }
 
 # The words quoted so that the printed line can be pasted back into a shell.

@@ -25,10 +25,20 @@ if [ "${1:-}" = --wait ]; then wait=(--wait); shift; fi
 sweep=${1:?usage: $0 [--wait] SWEEP_FILE [sbatch options ...]}
 shift
 [ -r "$sweep" ] || { echo "$0: cannot read sweep file $sweep" >&2; exit 1; }
-command -v sbatch >/dev/null || { echo "$0: sbatch not found: run on a Slurm login node" >&2; exit 1; }
 sweep=$(cd "$(dirname "$sweep")" && pwd)/$(basename "$sweep")
 n=$(k25_sweep_count "$sweep")
 [ "$n" -gt 0 ] || { echo "$0: $sweep has no task lines" >&2; exit 1; }
+# A line that does not split into words would fail only when its task runs: refused here.
+open="not shell words (a quote or parenthesis left open?)"
+task=0
+while IFS= read -r line; do
+    k25_words_ok "$line" || { echo "$0: $sweep, task $task: $open: $line" >&2; exit 1; }
+    task=$((task + 1))
+done < <(k25_sweep_lines "$sweep")
+for v in K25_ARGS K25_SRUN_ARGS; do
+    k25_words_ok "${!v:-}" || { echo "$0: $v: $open: ${!v}" >&2; exit 1; }
+done
+command -v sbatch >/dev/null || { echo "$0: sbatch not found: run on a Slurm login node" >&2; exit 1; }
 
 # Slurm does not create the directory of --output: without it a job fails with no log at all.
 mkdir -p logs
