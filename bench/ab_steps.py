@@ -6,14 +6,17 @@
 
 Prints a markdown table with a row per (context, rows): every run's decode step as served
 (graph_step_ms, in the files' order), the change of new's mean step against base's, and new's
-tok/s. A level only one build has is named on stderr and left out; a file without decode
-profiles, or with a step that is not a positive number, stops with its name."""
+tok/s. A level only one build has is named on stderr and left out. A file without decode
+profiles, or with a step that is not a positive number, stops it with the file's name and exit
+status 2, as do builds without a level in common and an --out that cannot be written (checked
+before anything is printed)."""
 import argparse
+import math
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from k25results import read_jsonl  # noqa: E402
+from k25results import check_out, fail, read_jsonl, write_out, write_stdout  # noqa: E402
 
 WHO = "ab_steps"
 
@@ -25,13 +28,19 @@ def steps(paths):
         rows = read_jsonl(path, WHO)
         profiles = [r.get("decode_profile") for r in rows]
         if not rows or not all(isinstance(p, dict) for p in profiles):
-            raise SystemExit(f"{WHO}: {path}: no decode profile on every line "
-                             "(k25bench --profile-only writes one per level)")
+            fail(f"{WHO}: {path}: no decode profile on every line "
+                 "(k25bench --profile-only writes one per level)")
         for n, p in enumerate(profiles, 1):
             ms = p.get("graph_step_ms")
-            if not isinstance(ms, (int, float)) or not ms > 0:
-                raise SystemExit(f"{WHO}: {path}:{n}: graph_step_ms {ms!r} is not a positive "
-                                 "number (no graph steps ran)")
+            if type(ms) not in (int, float) or not 0 < ms < math.inf:
+                fail(f"{WHO}: {path}:{n}: graph_step_ms {ms!r} is not a positive number "
+                     "(no graph steps ran)")
+            for k in ("context", "batch"):
+                if k not in p:
+                    fail(f"{WHO}: {path}:{n}: decode_profile has no {k}")
+                if type(p[k]) is not int or p[k] < 1:
+                    fail(f"{WHO}: {path}:{n}: decode_profile {k} {p[k]!r} is not a positive "
+                         "integer")
             runs.setdefault((p["context"], p["batch"]), []).append(float(ms))
     return runs
 
@@ -60,14 +69,17 @@ def main():
     ap.add_argument("--new", nargs="+", required=True, help="the new build's .jsonl files")
     ap.add_argument("--out", help="also write the table to this file")
     a = ap.parse_args()
+    if a.out:
+        check_out(a.out, WHO)
     lines, warn = table(steps(a.base), steps(a.new))
     for w in warn:
         print(w, file=sys.stderr)
+    if len(lines) == 2:
+        fail(f"{WHO}: base and new have no (context, rows) level in common")
     text = "\n".join(lines) + "\n"
-    sys.stdout.write(text)
+    write_stdout(text, WHO)
     if a.out:
-        with open(a.out, "w") as f:
-            f.write(text)
+        write_out(a.out, text, WHO)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,9 @@ of task i). Writes into RESULTS_DIR:
                  line without its --concurrency), through bench/plot.py when it and
                  matplotlib are there
 Exit status: 0; 1 when a task of 0..N-1 (--expect) has no results, or misses a level its
---concurrency asked for (the table still lists what there is); 2 on unreadable input.
+--concurrency asked for (the table still lists what there is), or when the plot fails (not when
+matplotlib is missing: then there is no plot, with a message); 2 on unreadable input or an
+output file that cannot be written (both found before any file is written), or a failing stdout.
 """
 import argparse
 import glob
@@ -24,7 +26,9 @@ import subprocess
 import sys
 import tempfile
 
-from k25results import read_jsonl
+from k25results import at_least, check_out, fail, open_text, read_jsonl, write_out, write_stdout
+
+WHO = "merge_results.py"
 
 # Each column: header, the JSON names it may have (k25bench's first), format.
 COLUMNS = [
@@ -88,13 +92,24 @@ def load(results_dir):
     paths = glob.glob(os.path.join(results_dir, "task_*.jsonl"))
     paths += glob.glob(os.path.join(results_dir, "task_*.args"))
     for p in sorted(paths):
-        i = int(re.search(r"task_(\d+)\.", p).group(1))
+        m = re.fullmatch(r"task_(\d+)\.(jsonl|args)", os.path.basename(p))
+        if not m:
+            fail(f"{WHO}: {p}: not a task's file (task_<number>.jsonl or .args)")
+        i = int(m.group(1))
         line, rows = tasks.get(i, ("", []))
         if p.endswith(".args"):
-            with open(p) as f:
-                line = f.read().strip()
+            line = open_text(p, WHO).read().strip()
+            try:
+                shlex.split(line)
+            except ValueError as e:
+                fail(f"{WHO}: {p}: not a sweep line: {e}")
         else:
-            rows = read_jsonl(p, "merge_results.py")
+            rows = read_jsonl(p, WHO)
+            for n, r in enumerate(rows, 1):
+                level = field(r, COLUMNS[0][1])
+                if type(level) is not int or level < 1:
+                    fail(f"{WHO}: {p}:{n}: concurrency level {level!r} is not a positive "
+                         f"integer ({' or '.join(COLUMNS[0][1])})")
         tasks[i] = (line, rows)
     return tasks
 
@@ -129,7 +144,7 @@ def markdown(name, tasks):
         values = [r[key] for _, _, r in rows if key in r]
         if len(values) == len(rows) and values and all(v == values[0] for v in values):
             out.append(f"- {key}: {values[0]}")
-    dates = sorted(r["date"] for _, _, r in rows if "date" in r)
+    dates = sorted(str(r["date"]) for _, _, r in rows if "date" in r)
     if dates:
         out.append(f"- date: {dates[0]}" + (f" .. {dates[-1]}" if dates[-1] != dates[0] else ""))
     out.append("")
@@ -164,15 +179,15 @@ def short_labels(settings):
     return [" ".join(u for u in us if u not in common) or "baseline" for us in split]
 
 
-def plot(results_dir, tasks):
-    """One curve per setting through bench/plot.py. Returns a message for the log."""
+def plot(out, tasks):
+    """One curve per setting through bench/plot.py. Returns a message for the log, and False
+    when plot.py failed (no plot.py or no matplotlib is no failure)."""
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plot.py")
     if not os.path.exists(script):
-        return "no plot: bench/plot.py not found"
+        return "no plot: bench/plot.py not found", True
     groups = {}
     for i, (line, rows) in sorted(tasks.items()):
         groups.setdefault(split_args(line)[1] or "(defaults)", []).extend(rows)
-    out = os.path.join(results_dir, "plot.png")
     with tempfile.TemporaryDirectory() as tmp:
         labels, files = [], []
         for label, rows in zip(short_labels(list(groups)), groups.values()):
@@ -184,45 +199,43 @@ def plot(results_dir, tasks):
             labels += ["--label", label]
             files.append(path)
         if not files:
-            return "no plot: no results"
+            return "no plot: no results", True
         p = subprocess.run([sys.executable, script, "--out", out] + labels + files,
                            capture_output=True, text=True)
     if p.returncode == 3:
-        return "no plot: matplotlib is not installed"
+        return "no plot: matplotlib is not installed", True
     if p.returncode != 0:
-        return f"no plot: bench/plot.py failed ({p.returncode}): {p.stderr.strip()}"
-    return f"plot: {out}"
+        return f"{WHO}: no plot: bench/plot.py failed ({p.returncode}): {p.stderr.strip()}", False
+    return f"plot: {out}", True
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("results_dir")
-    ap.add_argument("--expect", type=int, help="number of tasks in the sweep (0..N-1)")
+    ap.add_argument("--expect", type=at_least(1), help="number of tasks in the sweep (0..N-1)")
     ap.add_argument("--no-plot", action="store_true")
     args = ap.parse_args()
     if not os.path.isdir(args.results_dir):
-        print(f"merge_results.py: {args.results_dir}: not a directory", file=sys.stderr)
-        return 2
-    try:
-        tasks = load(args.results_dir)
-    except SystemExit as e:
-        print(e, file=sys.stderr)
-        return 2
+        fail(f"{WHO}: {args.results_dir}: not a directory")
+    summary, merged, png = (os.path.join(args.results_dir, f)
+                            for f in ("summary.md", "results.jsonl", "plot.png"))
+    for out in (summary, merged) + (() if args.no_plot else (png,)):
+        check_out(out, WHO)
+    tasks = load(args.results_dir)
     name = os.path.basename(os.path.normpath(args.results_dir))
     table = markdown(name, tasks)
-    with open(os.path.join(args.results_dir, "summary.md"), "w") as f:
-        f.write(table)
-    with open(os.path.join(args.results_dir, "results.jsonl"), "w") as f:
-        for i, (line, rows) in sorted(tasks.items()):
-            for r in rows:
-                f.write(json.dumps(dict(r, sweep_task=i, sweep_args=line)) + "\n")
-    sys.stdout.write(table)
+    write_out(summary, table, WHO)
+    write_out(merged, "".join(json.dumps(dict(r, sweep_task=i, sweep_args=line)) + "\n"
+                              for i, (line, rows) in sorted(tasks.items()) for r in rows), WHO)
+    write_stdout(table, WHO)
+    plotted = True
     if not args.no_plot:
-        print(plot(args.results_dir, tasks), file=sys.stderr)
+        msg, plotted = plot(png, tasks)
+        print(msg, file=sys.stderr)
     problems = check(tasks, args.expect)
     for p in problems:
-        print(f"merge_results.py: {p}", file=sys.stderr)
-    return 1 if problems else 0
+        print(f"{WHO}: {p}", file=sys.stderr)
+    return 1 if problems or not plotted else 0
 
 
 if __name__ == "__main__":

@@ -15,12 +15,19 @@ operation group, next to the bytes floor that the caller may pass per group.
 
 ncu serializes kernels, so the durations do not include overlap with the previous kernel
 (programmatic dependent launch) or the side branch beside the routed experts: the graph replay
-of the same step takes less than the sum.
+of the same step takes less than the sum. A file that cannot be read ends it with one line on
+stderr and exit status 2.
 """
 import argparse
 import csv
 import re
-import sys
+
+from k25results import fail, number, open_text
+
+WHO = "ncu_step.py"
+# ncu's time units (--print-units auto or base) -> (multiplier, divisor) to microseconds
+UNITS = {"ns": (1, 1000), "nsecond": (1, 1000), "us": (1, 1), "usecond": (1, 1),
+         "ms": (1000, 1), "msecond": (1000, 1), "s": (1000000, 1), "second": (1000000, 1)}
 
 # kernel name prefix -> operation group (the groups of k25bench's breakdown)
 GROUPS = [
@@ -60,26 +67,39 @@ def short(name):
 
 def read(path):
     """(name, grid, block, microseconds) of every profiled kernel, in launch order."""
-    with open(path, newline="") as f:
-        lines = [l for l in f if l.startswith('"')]  # ncu's own messages are not CSV
+    lines = [l for l in open_text(path, WHO) if l.startswith('"')]  # ncu's messages are not CSV
+    reader = csv.DictReader(lines)
+    head = reader.fieldnames or []  # none: no CSV at all, named below with a hint
+    missing = [c for c in ("Kernel Name", "Grid Size", "Block Size", "Metric Value")
+               if head and c not in head]
+    if missing:
+        fail(f"{WHO}: {path}: no {missing[0]} column in its header")
     rows = []
-    for d in csv.DictReader(lines):
+    for d in reader:
         if d.get("Metric Name") != "gpu__time_duration.sum":
             continue
-        v = float(d["Metric Value"].replace(",", ""))
+        what = f"{WHO}: {path}: kernel {d.get('ID', '?')} ({short(d['Kernel Name'] or '?')}):"
+        if None in d.values():
+            fail(f"{what} fewer fields than the header")
+        v = number(d["Metric Value"].replace(",", ""), float, f"{what} duration")
         unit = d.get("Metric Unit", "ns")
-        us = v / 1000 if unit == "ns" else (v * 1000 if unit == "ms" else v)
-        rows.append((d["Kernel Name"], d["Grid Size"], d["Block Size"], us))
+        if unit not in UNITS:
+            fail(f"{what} unit {unit!r} is none of {', '.join(UNITS)}")
+        if v < 0:
+            fail(f"{what} duration {v} is negative")
+        mul, div = UNITS[unit]
+        rows.append((d["Kernel Name"], d["Grid Size"], d["Block Size"], v * mul / div))
     if not rows:
-        sys.exit(f"{path}: no gpu__time_duration.sum rows (was ncu run with --csv and that metric?)")
+        fail(f"{WHO}: {path}: no gpu__time_duration.sum rows (was ncu run with --csv and that "
+             "metric?)")
     return rows
 
 
 def steps(path, rows):
     starts = [i for i, r in enumerate(rows) if short(r[0]).startswith("embed_kernel")]
     if not starts:
-        sys.exit(f"{path}: no embedding kernel among its {len(rows)} kernels, so no step starts "
-                 "there (a window still in the weight upload? raise ncu's --launch-skip)")
+        fail(f"{WHO}: {path}: no embedding kernel among its {len(rows)} kernels, so no step "
+             "starts there (a window still in the weight upload? raise ncu's --launch-skip)")
     return [rows[a:b] for a, b in zip(starts, starts[1:] + [len(rows)])]
 
 
@@ -91,9 +111,12 @@ def main():
     a = ap.parse_args()
     all_steps = steps(a.csv, read(a.csv))
     if not -len(all_steps) <= a.step < len(all_steps):
-        sys.exit(f"{a.csv}: --step {a.step}: the file holds {len(all_steps)} step(s) "
-                 f"(0..{len(all_steps) - 1}, or -1..-{len(all_steps)})")
+        fail(f"{WHO}: {a.csv}: --step {a.step}: the file holds {len(all_steps)} step(s) "
+             f"(0..{len(all_steps) - 1}, or -1..-{len(all_steps)})")
     step = all_steps[a.step]
+    total = sum(r[3] for r in step)
+    if not total > 0:
+        fail(f"{WHO}: {a.csv}: step {a.step}: its kernels took no time")
     md = a.markdown
     if md:
         print("| # | kernel | group | grid | block | us |\n|---:|---|---|---|---|---:|")
@@ -101,7 +124,6 @@ def main():
         n, g = short(name), group_of(short(name))
         print(f"| {i} | {n} | {g} | {grid} | {block} | {us:.2f} |" if md else
               f"{i:4d}  {n:44.44s} {g:12s} {grid:>14s} {block:>14s} {us:9.2f}")
-    total = sum(r[3] for r in step)
     sums = {}
     for name, _, _, us in step:
         g = group_of(short(name))

@@ -9,13 +9,16 @@ top-k (with the routing sort), then the grouped W4A16 gate+up and down GEMMs
   - each block's intervals between phases (median and maximum over the blocks), and the units a
     block ran with the mean time a unit took after the wait.
 Blocks whose entry stamp is more than 1 ms older than their kernel's latest one are left out:
-they belong to an earlier launch with a larger grid.
+they belong to an earlier launch with a larger grid. A file that cannot be read, or holds no
+stamps, ends it with one line on stderr and exit status 2.
 """
 import argparse
-import csv
-import lzma
 import statistics
 from collections import defaultdict
+
+from k25results import fail, number, read_csv
+
+WHO = "phases_summary.py"
 
 PHASES = {
     "router": ["entry", "waited", "row chosen", "end"],
@@ -23,7 +26,8 @@ PHASES = {
                 "unit end", "exit"],
 }
 PHASES["down"] = PHASES["gate_up"]
-INTERVALS = [("entry -> waited", 0, 1), ("entry -> expert id", 0, 2), ("wait -> expert id", 1, 2), ("expert id -> first chunk", 2, 3),
+INTERVALS = [("entry -> waited", 0, 1), ("entry -> expert id", 0, 2), ("wait -> expert id", 1, 2),
+             ("expert id -> first chunk", 2, 3),
              ("first chunk -> consumed", 3, 4), ("consumed -> counted", 4, 5),
              ("counted -> unit end", 5, 6), ("consumed -> unit end", 4, 6),
              ("entry -> exit", 0, 7)]
@@ -36,11 +40,16 @@ def pct(values, q):
 
 def load(path):
     by_rows = defaultdict(lambda: defaultdict(list))
-    opener = lzma.open if path.endswith(".xz") else open  # committed stamps are compressed
-    with opener(path, "rt", newline="") as f:
-        for r in csv.DictReader(f):
-            t = [float(r["t%d" % p]) / 1e3 if r["t%d" % p] else None for p in range(8)]
-            by_rows[int(r["rows"])][r["site"]].append((int(r["units"]), t))
+    stamps = ["t%d" % p for p in range(8)]
+    for line, r in read_csv(path, WHO, ["rows", "site", "units"] + stamps):
+        where = f"{WHO}: {path}:{line}:"
+        if not r["t0"]:
+            fail(f"{where} no t0 (every block stamps its entry)")
+        t = [number(r[s], float, f"{where} {s}") / 1e3 if r[s] else None for s in stamps]
+        by_rows[number(r["rows"], int, f"{where} rows")][r["site"]].append(
+            (number(r["units"], int, f"{where} units"), t))
+    if not by_rows:
+        fail(f"{WHO}: {path}: no stamps")
     for sites in by_rows.values():
         for site, blocks in sites.items():
             latest = max(t[0] for _, t in blocks)

@@ -5,18 +5,42 @@ usage: bench/plot.py --out FILE.png RESULTS.jsonl [MORE.jsonl ...]
 
 Each RESULTS file holds the JSON lines k25bench --json writes (one object per concurrency
 level); several files become several labelled curves (label: backend, ranks, git revision,
-or --label). Exits 3 when matplotlib is missing (k25bench then skips the plot), 2 on bad input.
+or --label). FILE is written as PNG whatever its name. Exits 2 on bad input or a FILE that
+cannot be written (checked first), else 3 when matplotlib is missing (k25bench then skips the
+plot).
 """
 import argparse
+import io
 import sys
 
-from k25results import read_jsonl
+from k25results import check_out, fail, read_jsonl, write_out
+
+WHO = "plot.py"
+# What every curve needs of a line; decode_profile.decode_tok_s is drawn where there is one.
+NEEDED = ("max_concurrency", "output_throughput", "median_tpot_ms", "p99_tpot_ms")
+
+
+def is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def load(path):
-    rows = read_jsonl(path, "plot.py")
+    rows = read_jsonl(path, WHO)
     if not rows:
-        sys.exit(f"plot.py: {path}: no results")
+        fail(f"{WHO}: {path}: no results")
+    for n, r in enumerate(rows, 1):
+        for k in NEEDED:
+            if k not in r:
+                fail(f"{WHO}: {path}:{n}: no {k} (not a k25bench --json line)")
+            if not is_number(r[k]):
+                fail(f"{WHO}: {path}:{n}: {k} {r[k]!r} is not a number")
+        if type(r["max_concurrency"]) is not int or r["max_concurrency"] < 1:
+            fail(f"{WHO}: {path}:{n}: max_concurrency {r['max_concurrency']!r} is not a positive "
+                 "integer")
+        prof = r.get("decode_profile", {})
+        if not isinstance(prof, dict) or not is_number(prof.get("decode_tok_s", 0)):
+            fail(f"{WHO}: {path}:{n}: decode_profile is not an object with a number "
+                 "decode_tok_s")
     return sorted(rows, key=lambda r: r["max_concurrency"])
 
 
@@ -31,6 +55,8 @@ def main():
     ap.add_argument("--label", action="append", default=[], help="curve label, one per file")
     ap.add_argument("results", nargs="+")
     args = ap.parse_args()
+    check_out(args.out, WHO)
+    runs = [load(p) for p in args.results]
     try:
         import matplotlib
 
@@ -41,8 +67,8 @@ def main():
         print("plot.py: matplotlib is not installed (pip install matplotlib)", file=sys.stderr)
         return 3
 
-    runs = [load(p) for p in args.results]
-    labels = [args.label[i] if i < len(args.label) else default_label(r) for i, r in enumerate(runs)]
+    labels = [args.label[i] if i < len(args.label) else default_label(r)
+              for i, r in enumerate(runs)]
 
     fig, (ax_tput, ax_tpot) = plt.subplots(1, 2, figsize=(12, 4.5))
     for rows, label in zip(runs, labels):
@@ -77,7 +103,9 @@ def main():
                  f'input {first.get("input_len")} / output {first.get("output_len")} tokens, '
                  f'{first.get("devices", "")}, {first.get("date", "")}', fontsize=9)
     fig.tight_layout()
-    fig.savefig(args.out, dpi=110)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110)
+    write_out(args.out, png.getvalue(), WHO)
     return 0
 
 

@@ -16,14 +16,17 @@ For each batch size (rows) in the trace:
     figures move by tenths of a microsecond from layer to layer);
   - with --against OTHER (another build's trace), those medians beside OTHER's for the same
     row count, kernel by kernel (a kernel only one of them has gets a row of its own).
+A trace that cannot be read ends it with one line on stderr and exit status 2.
 """
 import argparse
-import csv
 import difflib
-import lzma
 import statistics
-import sys
 from collections import OrderedDict, defaultdict
+
+from k25results import at_least, fail, number, read_csv
+
+WHO = "trace_summary.py"
+COLUMNS = ["rows", "step", "start_ns", "end_ns", "stream", "grid", "block", "smem_config", "name"]
 
 
 def short_name(name):
@@ -43,26 +46,28 @@ def short_name(name):
 
 def load(path):
     steps = defaultdict(lambda: defaultdict(list))  # rows -> step -> kernels
-    opener = lzma.open if path.endswith(".xz") else open  # committed traces are compressed
-    try:
-        f = opener(path, "rt", newline="")
-    except OSError as e:
-        sys.exit(f"{path}: {e.strerror or e}")
-    with f:
-        for r in csv.DictReader(f):
-            k = {
-                "start": int(r["start_ns"]) / 1000.0,
-                "end": int(r["end_ns"]) / 1000.0,
-                "stream": r["stream"],
-                "grid": r["grid"],
-                "block": r["block"],
-                "smem": int(r["smem_config"]) // 1024,
-                "name": short_name(r["name"]),
-            }
-            steps[int(r["rows"])][int(r["step"])].append(k)
-    for by_step in steps.values():
+    for line, r in read_csv(path, WHO, COLUMNS):
+        v = {c: number(r[c], int, f"{WHO}: {path}:{line}: {c}")
+             for c in ("rows", "step", "start_ns", "end_ns", "smem_config")}
+        if v["end_ns"] < v["start_ns"]:
+            fail(f"{WHO}: {path}:{line}: the kernel ends before it starts")
+        k = {
+            "start": v["start_ns"] / 1000.0,
+            "end": v["end_ns"] / 1000.0,
+            "stream": r["stream"],
+            "grid": r["grid"],
+            "block": r["block"],
+            "smem": v["smem_config"] // 1024,
+            "name": short_name(r["name"]),
+        }
+        steps[v["rows"]][v["step"]].append(k)
+    for rows, by_step in steps.items():
         for ks in by_step.values():
             ks.sort(key=lambda k: k["start"])
+        # the shares of the span need some span
+        if all(ks[-1]["end"] == ks[0]["start"] for ks in by_step.values()):
+            fail(f"{WHO}: {path}: the {rows}-row steps take no time (each kernel ends as it "
+                 "starts)")
     return steps
 
 
@@ -216,7 +221,7 @@ def print_against(other, anchor, ref, mine):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("trace", help="CSV written by k25bench --trace (or that CSV xz-compressed)")
-    ap.add_argument("--top", type=int, default=25, help="kernels listed per batch size")
+    ap.add_argument("--top", type=at_least(0), default=25, help="kernels listed per batch size")
     ap.add_argument("--layer", default="mla_attn", metavar="NAME",
                     help="kernel that delimits the layer shown ('' for none)")
     ap.add_argument("--against", metavar="OTHER",
@@ -224,10 +229,10 @@ def main():
     a = ap.parse_args()
     steps = load(a.trace)
     if not steps:
-        sys.exit(f"{a.trace}: no kernels in marked steps")
+        fail(f"{WHO}: {a.trace}: no kernels in marked steps")
     other = load(a.against) if a.against else {}
     if a.against and not other:
-        sys.exit(f"{a.against}: no kernels in marked steps")
+        fail(f"{WHO}: {a.against}: no kernels in marked steps")
     for rows in sorted(steps):
         summarize(rows, steps[rows], a.top, a.layer, other.get(rows))
 

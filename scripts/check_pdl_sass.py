@@ -19,7 +19,8 @@ Rules, for every kernel in the objects:
     only in a kernel that matches --async-prologue (the MLA attention fetches the cache rows
     older than the step before its wait, the warpgroup-MMA GEMM its weights' first stages);
   - a kernel without ACQBULK: an error unless its name matches --exempt (load-time kernels).
-Prints one line per kernel and exits 1 on any violation.
+Prints one line per kernel and exits 1 on any violation, or when an object named on the command
+line has no kernel (the default objects include host code's, which have none), or no object has.
 
   scripts/check_pdl_sass.py                       # $BUILD/kernels/*.o (BUILD=build)
   scripts/check_pdl_sass.py build-x/kernels/mla.o --cuobjdump /path/to/cuobjdump
@@ -38,7 +39,8 @@ DEFAULT_EXEMPT = r"w4_repack_|synth_fill_kernel"
 DEFAULT_ASYNC_PROLOGUE = r"mla_attn_mma_kernel|wg_gemm_kernel"
 
 # Global or generic memory instructions (shared memory and constant-bank loads are not).
-STORE_LIKE = re.compile(r"^(STG|ST|ATOMG|ATOM|RED|REDG|REDUX\.G|LDGSTS|UBLKCP|UTMALDG|UTMASTG)(\.|$)")
+STORE_LIKE = re.compile(r"^(STG|ST|ATOMG|ATOM|RED|REDG|REDUX\.G|LDGSTS|UBLKCP|UTMALDG|UTMASTG)"
+                        r"(\.|$)")
 LOAD = re.compile(r"^(LDG|LD)(\.|$)")
 INSTR = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)")
 
@@ -99,7 +101,8 @@ def check(name, ops, prologue, exempt, async_prologue):
     if bad:
         return False, f"{note}; before the wait: {', '.join(bad)}"
     if loads and not prologue.search(name):
-        return False, f"{note}; before the wait: {', '.join(sorted(set(loads)))} (no prologue kernel)"
+        return False, (f"{note}; before the wait: {', '.join(sorted(set(loads)))} "
+                       "(no prologue kernel)")
     if loads:
         nc = sum("CONSTANT" in o for o in loads)
         note += f"; prologue: {len(loads)} loads before the wait ({nc} .nc)"
@@ -120,24 +123,30 @@ def main():
     ap.add_argument("--exempt", default=DEFAULT_EXEMPT,
                     help="kernels allowed to have no PDL (load time), regex")
     args = ap.parse_args()
-    objs = args.objects or sorted(glob.glob(os.path.join(os.environ.get("BUILD", "build"),
-                                                         "kernels", "*.o")))
+    default = os.path.join(os.environ.get("BUILD", "build"), "kernels", "*.o")
+    objs = args.objects or sorted(glob.glob(default))
     if not objs:
         sys.exit("check_pdl_sass: no object files (build with CUDA=1 first)")
     cuobjdump = find_cuobjdump(args.cuobjdump)
     prologue, exempt = re.compile(args.prologue), re.compile(args.exempt)
     async_prologue = re.compile(args.async_prologue)
-    n_bad = n = 0
+    n_ok = n_bad = 0
     for obj in objs:
         funcs = kernels_of(cuobjdump, obj)
+        if not funcs and args.objects:
+            n_bad += 1
+            print(f"FAIL {os.path.basename(obj):22s} {'':40s} no kernel in its SASS listing")
         pretty = demangle(list(funcs))
         for name, ops in sorted(funcs.items(), key=lambda kv: pretty[kv[0]]):
             ok, note = check(pretty[name], ops, prologue, exempt, async_prologue)
-            n += 1
+            n_ok += ok
             n_bad += not ok
             short = pretty[name].split("(")[0]
             print(f"{'ok  ' if ok else 'FAIL'} {os.path.basename(obj):22s} {short:40s} {note}")
-    print(f"{n - n_bad} passed, {n_bad} failed")
+    if not n_ok + n_bad:  # only the default objects can get here
+        n_bad = 1
+        print(f"FAIL no kernel in {default} ({len(objs)} objects)")
+    print(f"{n_ok} passed, {n_bad} failed")
     return 1 if n_bad else 0
 
 

@@ -13,6 +13,7 @@ after it, and nothing else.
 
   scripts/sass_same.py build/kernels/moe_w4a16.o /path/old/build/kernels/moe_w4a16.o
   scripts/sass_same.py NEW.o REF1.o REF2.o --require-all   # exit 1 unless every kernel is "same"
+                                                           # (and NEW has one)
 """
 import argparse
 import os
@@ -43,6 +44,8 @@ def main():
     args = ap.parse_args()
     cuobjdump = find_cuobjdump(args.cuobjdump)
     new = code_of(cuobjdump, args.new, args.exact)
+    if args.require_all and not new:
+        sys.exit(f"sass_same.py: {args.new}: no kernel in its SASS listing, so none to require")
     refs = [(r, code_of(cuobjdump, r, args.exact)) for r in args.refs]
     # demangled, without the parameter list (the template arguments tell instantiations apart)
     names = {n: re.sub(r"\(.*\)$", "", d)

@@ -3,8 +3,8 @@
 # summed over instructions (the "Not Issued" columns left out), a repeated kernel block counted
 # once, the instructions ranked by samples with their largest reasons, a clear error for a file
 # that is not such an export. bench/ncu_step.py (per-kernel durations): the steps cut at the
-# embedding kernel, times in ns / us / ms converted, sums per operation group, and clear errors
-# for a window without a step and for a step index out of range.
+# embedding kernel, times in every unit ncu writes converted, sums per operation group, and clear
+# errors for a window without a step and for a step index out of range.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -79,6 +79,21 @@ grep -qF '2 kernels, 16.0 us in all (step -1 of 2;' <<<"$s1" && echo "ok   last 
 if err=$(python3 bench/ncu_step.py "$tmp/step.csv" --step -3 2>&1); then echo "FAIL: --step -3 accepted"; fail=1
 elif grep -q -- "--step -3: the file holds 2 step(s)" <<<"$err"; then echo "ok   $err"
 else echo "FAIL: unclear error: $err"; fail=1; fi
+# the units ncu writes: ns, us, ms, s (--print-units auto) and nsecond, usecond, ... (base)
+{
+    echo "$m"
+    k='"(1, 1, 1)","(256, 1, 1)","gpu__time_duration.sum"'
+    echo "\"0\",\"embed_kernel(int)\",$k,\"nsecond\",\"1,500\""
+    echo "\"1\",\"rmsnorm_kernel(int)\",$k,\"usecond\",\"2.5\""
+    echo "\"2\",\"mla_kernel(int)\",$k,\"msecond\",\"0.004\""
+    echo "\"3\",\"sample_kernel(int)\",$k,\"second\",\"0.000008\""
+    echo "\"4\",\"nccl_kernel(int)\",$k,\"s\",\"0.000016\""
+} >"$tmp/units.csv"
+su=$(python3 bench/ncu_step.py "$tmp/units.csv")
+if grep -qF '5 kernels, 32.0 us in all (step -1 of 1;' <<<"$su" &&
+   grep -qF 'sampling        1 kernels       8.0 us' <<<"$su"; then
+    echo "ok   nsecond, usecond, msecond, second and s converted"
+else echo "FAIL: units: $su"; fail=1; fi
 head -3 "$tmp/step.csv" >"$tmp/nostep.csv"
 if err=$(python3 bench/ncu_step.py "$tmp/nostep.csv" 2>&1); then echo "FAIL: a window without a step accepted"; fail=1
 elif grep -q "no embedding kernel among its 1 kernels" <<<"$err"; then echo "ok   $err"

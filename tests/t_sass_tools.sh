@@ -3,8 +3,9 @@
 # prints an object's file as its SASS). scripts/check_pdl_sass.py: a store, a reduction or an
 # async copy before the PDL wait fails, a load there only in a prologue kernel, an async copy only
 # in an async-prologue kernel, a kernel without the wait only when exempt; the exit status says
-# whether any kernel broke a rule. scripts/sass_same.py: a kernel found by name, or under another
-# name, with parameter offsets ignored unless --exact, "new" otherwise, and --require-all.
+# whether any kernel broke a rule (or an object named has no kernel). scripts/sass_same.py: a
+# kernel found by name, or under another name, with parameter offsets ignored unless --exact,
+# "new" otherwise, and --require-all (which fails on an object without a kernel).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -63,6 +64,20 @@ out=$(pdl "$tmp/nowait.o"); expect "pdl: no wait" 1 $? "$out" 'no_wait.*no gridd
 out=$(pdl "$tmp/nowait.o" --exempt no_wait); expect "pdl: no wait, exempt" 0 $? "$out" \
     'no_wait.*no PDL \(exempt\)'
 
+# an object without a kernel: a failure when named; among the default objects only when no
+# object has one (host code's objects have none)
+echo junk >"$tmp/none.o"
+out=$(pdl "$tmp/none.o"); expect "pdl: a named object without a kernel" 1 $? "$out" \
+    '^FAIL none\.o +no kernel in its SASS listing$' '^0 passed, 1 failed$'
+out=$(pdl "$tmp/good.o" "$tmp/none.o"); expect "pdl: and beside a good one" 1 $? "$out" \
+    '^FAIL none\.o' '^1 passed, 1 failed$'
+mkdir -p "$tmp/b/kernels"; cp "$tmp/none.o" "$tmp/b/kernels/host.o"
+out=$(BUILD="$tmp/b" pdl); expect "pdl: default objects without a kernel" 1 $? "$out" \
+    "^FAIL no kernel in $tmp/b/kernels/\*\.o \(1 objects\)$" '^0 passed, 1 failed$'
+cp "$tmp/good.o" "$tmp/b/kernels/"
+out=$(BUILD="$tmp/b" pdl); expect "pdl: a host code object among the default ones" 0 $? "$out" \
+    '^1 passed, 0 failed$'
+
 # ---- sass_same.py ----
 same() { python3 scripts/sass_same.py --cuobjdump "$tmp/cuobjdump" "$@" 2>&1; }
 {
@@ -87,6 +102,8 @@ out=$(same "$tmp/new.o" "$tmp/ref.o" --require-all); expect "same: --require-all
     '^3 of 4 kernels'
 out=$(same "$tmp/ref.o" "$tmp/new.o" --require-all); expect "same: --require-all, every kernel" \
     0 $? "$out" '^same  old_name  \(2 instructions\) = .*new\.o as new_name$' '^3 of 3 kernels'
+out=$(same "$tmp/none.o" "$tmp/ref.o" --require-all); expect "same: --require-all, no kernel" 1 $? \
+    "$out" "^sass_same.py: $tmp/none\.o: no kernel in its SASS listing, so none to require$"
 out=$(python3 scripts/sass_same.py --cuobjdump "$tmp/nope" "$tmp/new.o" "$tmp/ref.o" 2>&1)
 expect "same: no cuobjdump" 1 $? "$out" 'sass_same.py: cuobjdump not found'
 exit $fail

@@ -86,10 +86,10 @@ check "against" "$vs" \
     '| 1 | `mla_attn_mma_kernel` | 8.00 | 7.00 | +1.00 |' \
     'Sums: this 10.0 us, other 10.0 us, difference +0.0 us.'
 
-if err=$(python3 bench/trace_summary.py "$tmp/trace.csv" --against "$tmp/missing.csv" 2>&1); then
-    echo "FAIL: a missing trace was accepted"; fail=1
-elif grep -qx "$tmp/missing.csv: No such file or directory" <<<"$err"; then echo "ok   $err"
-else echo "FAIL: unclear error: $err"; fail=1; fi
+err=$(python3 bench/trace_summary.py "$tmp/trace.csv" --against "$tmp/missing.csv" 2>&1)
+if [ $? -eq 2 ] && [ "$err" = "trace_summary.py: $tmp/missing.csv: No such file or directory" ]
+then echo "ok   exit 2: $err"
+else echo "FAIL: a missing trace: $err"; fail=1; fi
 
 head -1 "$tmp/trace.csv" >"$tmp/empty.csv"
 if err=$(python3 bench/trace_summary.py "$tmp/empty.csv" 2>&1); then echo "FAIL: an empty trace was accepted"; fail=1
