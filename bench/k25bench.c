@@ -263,6 +263,9 @@ static int parse_args(int argc, char **argv, bench_args *a, char *err) {
         return k25_err(err, "--profile-only times plain decode steps: not with --spec-draft");
     if (a->profile_only && a->profile_steps == 0)
         return k25_err(err, "--profile-only with --profile-steps 0 would time nothing");
+    if (a->profile_only && a->plot)
+        return k25_err(err, "--plot draws the serving levels' rates and TPOT: --profile-only "
+                            "runs none");
     if (a->trace && a->profile_steps == 0)
         return k25_err(err, "--trace records the breakdown's decode steps: not with "
                             "--profile-steps 0");

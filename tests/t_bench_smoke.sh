@@ -136,6 +136,10 @@ for v in bad good; do
     esac
 done
 
+out=$(timeout 60 "$bin" --config config/tiny.ini --synthetic 1 --profile-only --plot "$tmp/po.png" 2>&1) &&
+    fail "--profile-only with --plot accepted"
+grep -q -- "--profile-only runs none" <<<"$out" || fail "no message about --plot with --profile-only: $out"
+
 # An empty item of a list is refused, not skipped.
 for v in "--concurrency 1,,2" "--concurrency 1," "--spec-accept 0.5,"; do
     out=$(timeout 60 "$bin" --config config/tiny.ini --synthetic 1 --spec-draft ngram $v 2>&1) &&
