@@ -379,7 +379,7 @@ static const hf_model_key hf_model_keys[] = {
     {"n_group", 1, NULL},
     {"topk_group", 1, NULL},
     {"routed_scaling_factor", 1, NULL},
-    {"norm_topk_prob", 0, "false"},
+    {"norm_topk_prob", 0, "true"},
     {"scoring_func", 0, "sigmoid"},
     {"topk_method", 0, "noaux_tc"},
     {"num_attention_heads", 1, NULL},

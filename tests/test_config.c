@@ -461,6 +461,16 @@ static void test_hf_json(void) {
     CHECK(load_json(&c, bad_rope, err) != 0 && has_all(err, "linear", "rope_type", NULL), "%s",
           err);
     const char *full = "{" K25_TEXT_KEYS "," K25_ROPE_SCALING "}";
+    // An absent norm_topk_prob is true, as transformers' DeepseekV3Config has it (false would
+    // route with unnormalized weights and decode other tokens without a word).
+    char nonorm[8192];
+    snprintf(nonorm, sizeof nonorm, "%s", full);
+    const char *key = " \"norm_topk_prob\": true,";
+    char *at = strstr(nonorm, key);
+    CHECK(at != NULL, "the test's JSON has no norm_topk_prob");
+    if (at) memmove(at, at + strlen(key), strlen(at + strlen(key)) + 1);
+    CHECK(load_json(&c, nonorm, err) == 0 && c.norm_topk_prob == 1,
+          "absent norm_topk_prob: %s, value %d", err, c.norm_topk_prob);
     CHECK(load_over(&c, full, "\"hidden_size\": \"7168\"", err) != 0 &&
               has_all(err, "'hidden_size'", "an integer", NULL),
           "wrong type: %s", err);
