@@ -1033,7 +1033,8 @@ static int write_json(k25_out_file *live, const char *path, char **lines, int n,
         }
     }
     for (int i = *n_written; i < n; i++) fprintf(live->f, "%s\n", lines[i]);
-    if (k25_flush_check(live->f, live->path, err)) return k25_err(err, "--json: %s", err);
+    char why[K25_ERR_LEN];
+    if (k25_flush_check(live->f, live->path, why)) return k25_err(err, "--json: %s", why);
     *n_written = n;
     return 0;
 }
