@@ -598,6 +598,21 @@ static int hf_quant(hf_ctx *h, k25_config *c, const cJSON *tc, const cJSON *root
                            "%s: key '%sweights': unsupported scheme (k25dec reads 4-bit "
                            "symmetric int weights with group strategy and 16-bit activations)",
                            h->name, gp);
+        // Activation order (each column's group from weight_g_idx), blocks, dynamic scales and
+        // quantized outputs change what the tensors mean: refused, not read as plain groups.
+        const char *plain[] = {"actorder", "block_structure"};
+        for (int i = 0; i < 2; i++)
+            if (jget(w, plain[i]))
+                return k25_err(h->err, "%s: key '%sweights.%s' is set: k25dec reads groups of "
+                               "consecutive columns only (it must be null)", h->name, gp,
+                               plain[i]);
+        const cJSON *dyn = jget(w, "dynamic");
+        if (dyn && !cJSON_IsFalse(dyn))
+            return k25_err(h->err, "%s: key '%sweights.dynamic': only static scales (false) are "
+                           "supported", h->name, gp);
+        if (jget(g, "output_activations"))
+            return k25_err(h->err, "%s: key '%soutput_activations': quantized outputs are not "
+                           "supported (it must be null)", h->name, gp);
         int size;
         if (!gs) return k25_err(h->err, "%s: missing key '%sweights.group_size'", h->name, gp);
         char wp[300];

@@ -323,6 +323,15 @@ static int load_json(k25_config *c, const char *json, char *err) {
 
 // load_json of the object base with the keys of "{" over "}" in place of its own (the reader
 // refuses a key that appears twice).
+// s with its first `from` replaced by `to` (a static buffer: one result at a time).
+static const char *with(const char *s, const char *from, const char *to) {
+    static char out[8192];
+    const char *at = strstr(s, from);
+    if (!at) K25_DIE("test: '%s' not in the test's JSON", from);
+    snprintf(out, sizeof out, "%.*s%s%s", (int)(at - s), s, to, at + strlen(from));
+    return out;
+}
+
 static int load_over(k25_config *c, const char *base, const char *over, char *err) {
     char text[1024];
     snprintf(text, sizeof text, "{%s}", over);
@@ -463,14 +472,24 @@ static void test_hf_json(void) {
     const char *full = "{" K25_TEXT_KEYS "," K25_ROPE_SCALING "}";
     // An absent norm_topk_prob is true, as transformers' DeepseekV3Config has it (false would
     // route with unnormalized weights and decode other tokens without a word).
-    char nonorm[8192];
-    snprintf(nonorm, sizeof nonorm, "%s", full);
-    const char *key = " \"norm_topk_prob\": true,";
-    char *at = strstr(nonorm, key);
-    CHECK(at != NULL, "the test's JSON has no norm_topk_prob");
-    if (at) memmove(at, at + strlen(key), strlen(at + strlen(key)) + 1);
-    CHECK(load_json(&c, nonorm, err) == 0 && c.norm_topk_prob == 1,
+    CHECK(load_json(&c, with(full, " \"norm_topk_prob\": true,", ""), err) == 0 &&
+              c.norm_topk_prob == 1,
           "absent norm_topk_prob: %s, value %d", err, c.norm_topk_prob);
+    // Quantization schemes whose tensors mean something else than plain groups of columns.
+    const char *quant = "{" K25_TEXT_KEYS "," K25_ROPE_SCALING "," K25_QUANT "}";
+    CHECK(load_json(&c, quant, err) == 0 && c.experts_int4 && c.quant_group == 32, "%s", err);
+    const char *schemes[][3] = {
+        {"\"actorder\": null", "\"actorder\": \"group\"", "weights.actorder' is set"},
+        {"\"block_structure\": null", "\"block_structure\": [128, 128]",
+         "weights.block_structure' is set"},
+        {"\"dynamic\": false", "\"dynamic\": true", "weights.dynamic': only static"},
+        {"\"output_activations\": null", "\"output_activations\": {\"num_bits\": 8}",
+         "output_activations': quantized outputs"},
+    };
+    for (int i = 0; i < 4; i++)
+        CHECK(load_json(&c, with(quant, schemes[i][0], schemes[i][1]), err) != 0 &&
+                  has_all(err, "config_groups.group_0.", schemes[i][2], NULL),
+              "%s: %s", schemes[i][1], err);
     CHECK(load_over(&c, full, "\"hidden_size\": \"7168\"", err) != 0 &&
               has_all(err, "'hidden_size'", "an integer", NULL),
           "wrong type: %s", err);
