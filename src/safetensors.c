@@ -256,7 +256,9 @@ int st_parse_buffer(st_file *f, const char *fname, const uint8_t *buf, size_t le
 
 int st_open(st_file *f, const char *path, char *err) {
     memset(f, 0, sizeof *f);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: a named pipe in a shard's place would block the open until a writer came,
+    // before the check below could refuse it
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return k25_err(err, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {

@@ -226,6 +226,17 @@ d=$(copy indextail)
 printf 'xyz' >>"$d/model.safetensors.index.json"
 expect load "$d" "data after the index's JSON object" "model.safetensors.index.json: data after the JSON object"
 
+# A named pipe in a shard's place is refused (the open waited for a writer: the load hung).
+d=$(copy fifo)
+rm "$d/$S2" && mkfifo "$d/$S2"
+out=$(timeout 30 "$TW" --load "$d" 2>&1)
+rc=$?
+if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -qF -- "$S2: not a regular file" <<<"$out"; then
+    fail "a named pipe as a shard (load): exit $rc: $out"
+else
+    echo "ok   a named pipe as a shard (load): $out"
+fi
+
 d=$(copy noindex)
 rm "$d/model.safetensors.index.json"
 expect load "$d" "no index" "model.safetensors.index.json"
