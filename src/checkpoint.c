@@ -208,7 +208,7 @@ static int check_weight_shape(const k25_checkpoint *ck, const k25_tensor *t, cha
     int64_t want[2] = {t->g_rows, t->g_cols * 8}, got[2];
     if ((s->dtype != ST_I32 && s->dtype != ST_I64) || s->numel != 2)
         return k25_err(err, "%s: tensor '%s': expected 2 integers (I32 or I64), found %s x %lld",
-                       file, name, st_dtype_name(s->dtype), (long long)s->numel);
+                       file, s->name, st_dtype_name(s->dtype), (long long)s->numel);
     for (int i = 0; i < 2; i++) {
         if (s->dtype == ST_I32) {
             int32_t v;
@@ -219,8 +219,8 @@ static int check_weight_shape(const k25_checkpoint *ck, const k25_tensor *t, cha
         }
     }
     if (got[0] != want[0] || got[1] != want[1])
-        return k25_err(err, "%s: tensor '%s': (%lld, %lld), expected (%lld, %lld)", file, name,
-                       (long long)got[0], (long long)got[1], (long long)want[0],
+        return k25_err(err, "%s: tensor '%s': (%lld, %lld), expected (%lld, %lld)", file,
+                       s->name, (long long)got[0], (long long)got[1], (long long)want[0],
                        (long long)want[1]);
     return 0;
 }
