@@ -127,3 +127,14 @@ int dist_all_ok(const k25_dist *d, int ok) {
     MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT, MPI_LAND, d->world));
     return v;
 }
+
+int dist_agree(const k25_dist *d, int ok, char *err) {
+    int first = ok ? d->world_size : d->world_rank;
+    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, d->world));
+    if (first == d->world_size) return 0;
+    char msg[K25_ERR_LEN];
+    if (d->world_rank == first) snprintf(msg, sizeof msg, "%s", err);
+    MPI_CHECK(MPI_Bcast(msg, K25_ERR_LEN, MPI_CHAR, first, d->world));
+    if (d->world_rank != first) k25_err(err, "rank %d: %s", first, msg);
+    return -1;
+}

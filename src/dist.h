@@ -32,6 +32,11 @@ void dist_allreduce_sum_f32(const k25_dist *d, float *buf, size_t n);
 // Every rank of the world agrees on ok (logical AND); used before a collective error exit so
 // that a bad input found on one rank makes all ranks exit non-zero without a hang.
 int dist_all_ok(const k25_dist *d, int ok);
+// dist_all_ok that also carries the message: when a rank is not ok, the lowest such rank's err
+// reaches err on every rank ("rank N: ..." where it came from another rank), and it returns -1;
+// 0 when every rank is ok. For failures that only some ranks see (a pipeline stage's layers, a
+// node without the checkpoint) before a collective the others would wait in.
+int dist_agree(const k25_dist *d, int ok, char *err);
 
 #ifdef __cplusplus
 }

@@ -46,10 +46,11 @@ int instance_open(k25_instance *in, const k25_config *cfg, const k25_dist *d,
         return k25_err(err, "unknown backend '%s' (cpu or cuda)", backend);
 
     k25_tensor_source src;
+    int rc = 0;
     if (o->model_dir) {
         in->ck = checkpoint_open(o->model_dir, err);
-        if (!in->ck) return -1;
-        src = checkpoint_source(in->ck);
+        rc = in->ck ? 0 : -1;
+        if (in->ck) src = checkpoint_source(in->ck);
     } else {
         src = synth_source(o->synth_seed);
     }
@@ -57,13 +58,11 @@ int instance_open(k25_instance *in, const k25_config *cfg, const k25_dist *d,
     // not split over the stages (run.pp = 1 on a pipelined world: a draft beside the target
     // runs whole on every stage).
     int stages = cfg->pp > 1 ? d->pp_size : 1, stage = stages > 1 ? d->pp_rank : 0;
-    if (cfg->pp > 1 && cfg->pp != d->pp_size) {
-        instance_close(in);
-        return k25_err(err, "run.pp = %d but the ranks form %d pipeline stages", cfg->pp,
-                       d->pp_size);
-    }
+    if (!rc && cfg->pp > 1 && cfg->pp != d->pp_size)
+        rc = k25_err(err, "run.pp = %d but the ranks form %d pipeline stages", cfg->pp,
+                     d->pp_size);
     int *first = k25_malloc(sizeof(int) * (size_t)(stages + 1));
-    int rc = pipeline_layout(cfg, stages, first, err);
+    if (!rc) rc = pipeline_layout(cfg, stages, first, err);
     int lb = rc ? 0 : first[stage], le = rc ? 0 : first[stage + 1];
     free(first);
     // run.sim_tp (benchmarks only): TP rank r holds slice r of a sim_tp-way split, so fewer GPUs
@@ -78,7 +77,10 @@ int instance_open(k25_instance *in, const k25_config *cfg, const k25_dist *d,
             rc = config_check_tp(cfg, cfg->sim_tp, err);
         w_size = cfg->sim_tp;
     }
-    if (rc || weights_plan(&in->w, cfg, w_rank, w_size, lb, le, &src, err) != 0) {
+    if (!rc) rc = weights_plan(&in->w, cfg, w_rank, w_size, lb, le, &src, err);
+    // A stage whose own layers fail to load, or a node without the checkpoint, must not leave
+    // the other ranks waiting in the first collective below (the backend's or the model's)
+    if (dist_agree(d, rc == 0, err)) {
         instance_close(in);
         return -1;
     }

@@ -117,4 +117,24 @@ bad ./k25bench 4 "run.pp = 3 pipeline stages cannot split the 4 MPI ranks" --con
     --synthetic 1 --pp 3 --concurrency 1 --input-len 4 --output-len 2
 bad ./k25bench 2 "run.pp_layers: stages 0..1 get more than the 4 layers" --config config/tiny.ini --synthetic 1 \
     --pp 2 --set run.pp_layers=4,1 --concurrency 1 --input-len 4 --output-len 2
+# A tensor that only the second stage loads is broken: every rank stops with its message (the
+# first stage went on into the model's first collective and the job hung).
+./k25-mkckpt --config config/tiny.ini --synthetic 5 --out "$tmp/ck" >/dev/null 2>&1 || fail "k25-mkckpt"
+python3 - "$tmp/ck" <<'PY' || fail "could not retype the tensor"
+import glob, json, struct, sys
+name = "language_model.model.layers.3.self_attn.q_a_layernorm.weight"
+for p in glob.glob(sys.argv[1] + "/*.safetensors"):
+    b = open(p, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    if name in h:
+        h[name]["dtype"] = "F16"  # same size: only the header changes
+        j = json.dumps(h).encode()
+        j += b" " * ((8 - len(j) % 8) % 8)
+        open(p, "wb").write(struct.pack("<Q", len(j)) + j + b[8 + n:])
+        sys.exit(0)
+sys.exit(1)
+PY
+bad ./k25dec 2 "rank 1: .*layers.3.self_attn.q_a_layernorm.weight': dtype F16" --model "$tmp/ck" \
+    --tokens 1,2,3 -n 3 --pp 2
 echo "pipeline ok"
