@@ -22,6 +22,7 @@
 #include <math.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -159,7 +160,8 @@ static int parse_args(int argc, char **argv, bench_args *a, char *err) {
             a->profile_only = 1;
             continue;
         }
-        if (!k25_is_one_of(f, value_flags)) return k25_err(err, "unknown option '%s' (see --help)", f);
+        if (!k25_is_one_of(f, value_flags))
+            return k25_err(err, "unknown option '%s' (see --help)", f);
         if (i + 1 >= argc) return k25_err(err, "%s: missing value", f);
         const char *val = argv[++i];
         if (!strcmp(f, "--model")) {
@@ -1012,8 +1014,6 @@ static char *level_json(const level_result *r, const run_desc *d, const bench_ar
     return s;
 }
 
-// All lines so far into path, whole (src/out_file.h): a killed run keeps the levels it
-// finished. A device or a pipe cannot be replaced, only appended to: it gets the new lines.
 // The JSON lines of the levels so far: rewritten whole (PATH.tmp, renamed) after every level,
 // so that a stopped sweep leaves the finished levels. A target written in place (a pipe, a
 // device) is opened once, into *live, and gets each new line: reopening a pipe per level
@@ -1047,7 +1047,10 @@ static int make_plot(const char *script, const char *json, const char *png, char
     shell_quote(png, qp, sizeof qp);
     snprintf(cmd, sizeof cmd, "python3 %s --out %s %s", qs, qp, qj);
     int rc = system(cmd);
-    if (rc != 0) return k25_err(err, "--plot %s: plotting failed (%s, status %d)", png, cmd, rc);
+    if (rc == -1 || !WIFEXITED(rc) || WEXITSTATUS(rc) != 0)
+        return k25_err(err, "--plot %s: plotting failed (%s: %s %d)", png, cmd,
+                       rc != -1 && WIFSIGNALED(rc) ? "signal" : "exit status",
+                       rc == -1 ? -1 : WIFSIGNALED(rc) ? WTERMSIG(rc) : WEXITSTATUS(rc));
     k25_log("k25bench: plot written to %s\n", png);
     return 0;
 }
@@ -1377,11 +1380,12 @@ int main(int argc, char **argv) {
         print_profile_table(res, n_done);
         if (spec) print_spec_table(res, n_done, &a);
         char why[K25_ERR_LEN];
-        if (json_live.f && out_file_commit(&json_live, why) && !json_err[0])
+        int json_in_place = json_live.f != NULL; // a pipe or device: nothing to read back
+        if (json_in_place && out_file_commit(&json_live, why) && !json_err[0])
             snprintf(json_err, sizeof json_err, "%s", why);
         // A plot that was asked for and failed fails the run; one with no level has no data.
         if (do_plot && n_done > 0 && !json_err[0]) {
-            if (a.json) {
+            if (a.json && !json_in_place) {
                 make_plot(plot_script, a.json, a.plot, plot_err);
             } else {
                 char tmp[] = "/tmp/k25bench-XXXXXX";

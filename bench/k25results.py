@@ -88,11 +88,21 @@ def at_least(lo):
     return parse
 
 
+def in_place(path):
+    """Whether PATH is written where it is: it exists and is no regular file (/dev/null, a pipe,
+    /dev/stdout, whose real path under /proc cannot be created anew)."""
+    return os.path.exists(path) and not os.path.isfile(path)
+
+
 def check_out(path, who):
     """Ends the tool unless PATH can be written; called before any work and any other output."""
-    d = os.path.dirname(path) or "."
     if os.path.isdir(path):
         fail(f"{who}: {path}: is a directory")
+    if in_place(path):
+        if not os.access(path, os.W_OK):
+            fail(f"{who}: {path}: not writable")
+        return
+    d = os.path.dirname(path) or "."
     if not os.path.isdir(d):
         fail(f"{who}: {path}: no directory {d}")
     if not os.access(os.path.dirname(os.path.realpath(path)), os.W_OK):
@@ -102,13 +112,13 @@ def check_out(path, who):
 def write_out(path, data, who):
     """Writes DATA (str or bytes) to PATH whole: a file beside it renamed over it, so that a
     reader never sees half of it. A device or pipe (/dev/stdout) is written in place."""
-    real = os.path.realpath(path)
     mode = "b" if isinstance(data, bytes) else ""
     try:
-        if os.path.exists(real) and not os.path.isfile(real):
-            with open(real, "w" + mode) as f:
+        if in_place(path):
+            with open(path, "w" + mode) as f:
                 f.write(data)
             return
+        real = os.path.realpath(path)
         tmp = os.path.join(os.path.dirname(real), f".{os.path.basename(real)}.{os.getpid()}.tmp")
         try:
             with open(tmp, "x" + mode) as f:

@@ -106,6 +106,9 @@ def load(results_dir):
         else:
             rows = read_jsonl(p, WHO)
             for n, r in enumerate(rows, 1):
+                if r.get("profile_only") is True:
+                    fail(f"{WHO}: {p}:{n}: a k25bench --profile-only line (decode steps, no "
+                         "serving level): the summary tabulates serving levels")
                 level = field(r, COLUMNS[0][1])
                 if type(level) is not int or level < 1:
                     fail(f"{WHO}: {p}:{n}: concurrency level {level!r} is not a positive "

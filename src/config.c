@@ -602,10 +602,10 @@ static int hf_quant(hf_ctx *h, k25_config *c, const cJSON *tc, const cJSON *root
         // quantized outputs change what the tensors mean: refused, not read as plain groups.
         const char *plain[] = {"actorder", "block_structure"};
         for (int i = 0; i < 2; i++)
-            if (jget(w, plain[i]))
+            if (jget(w, plain[i]) && !cJSON_IsFalse(jget(w, plain[i]))) // false: none, as null
                 return k25_err(h->err, "%s: key '%sweights.%s' is set: k25dec reads groups of "
-                               "consecutive columns only (it must be null)", h->name, gp,
-                               plain[i]);
+                               "consecutive columns only (it must be null or false)", h->name,
+                               gp, plain[i]);
         const cJSON *dyn = jget(w, "dynamic");
         if (dyn && !cJSON_IsFalse(dyn))
             return k25_err(h->err, "%s: key '%sweights.dynamic': only static scales (false) are "

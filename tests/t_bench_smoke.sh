@@ -123,7 +123,8 @@ mkdir -p "$tmp/py"
 printf '#!/bin/sh\n[ "$1" = -c ] && exit 0\nexec %s "$@"\n' "$(command -v python3)" >"$tmp/py/python3"
 chmod +x "$tmp/py/python3"
 echo 'import sys; sys.exit("plot.py: no plot today")' >"$tmp/badplot.py"
-echo 'import sys; open(sys.argv[2], "w").write("png")' >"$tmp/goodplot.py"
+echo 'import sys; assert open(sys.argv[3]).read(); open(sys.argv[2], "w").write("png")' \
+    >"$tmp/goodplot.py"
 for v in bad good; do
     PATH="$tmp/py:$PATH" K25_PLOT_PY="$tmp/${v}plot.py" timeout 60 "$bin" --config config/tiny.ini \
         --synthetic 1 --concurrency 1 --input-len 8 --output-len 4 --no-warmup --profile-steps 0 \
@@ -135,6 +136,16 @@ for v in bad good; do
     good) [ $rc -eq 0 ] && [ -s "$tmp/good.png" ] || fail "a plot: exit $rc, $(cat "$tmp/plot.out")";;
     esac
 done
+# With --json into a pipe the plot reads the lines from a file of its own (reading the pipe
+# back waited forever).
+cat "$tmp/pipe" >/dev/null &
+reader=$!
+PATH="$tmp/py:$PATH" K25_PLOT_PY="$tmp/goodplot.py" timeout 60 "$bin" --config config/tiny.ini \
+    --synthetic 1 --concurrency 1 --input-len 8 --output-len 4 --no-warmup --profile-steps 0 \
+    --json "$tmp/pipe" --plot "$tmp/piped.png" >"$tmp/plot.out" 2>&1
+rc=$?
+wait $reader
+[ $rc -eq 0 ] && [ -s "$tmp/piped.png" ] || fail "--json into a pipe with --plot: exit $rc, $(cat "$tmp/plot.out")"
 
 out=$(timeout 60 "$bin" --config config/tiny.ini --synthetic 1 --profile-only --plot "$tmp/po.png" 2>&1) &&
     fail "--profile-only with --plot accepted"

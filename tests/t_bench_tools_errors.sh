@@ -60,6 +60,14 @@ case $rc in
 *) bad "plot: good input: exit $rc: $(cat err)" ;;
 esac
 
+# An output that exists and is no regular file is written where it is: /dev/stdout into a pipe
+# (its real path under /proc cannot be created anew), and /dev/null needs no writable /dev.
+got=$(python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import k25results as k
+k.check_out("/dev/stdout", "t"); k.write_out("/dev/stdout", "piped\n", "t")
+k.check_out("/dev/null", "t"); k.write_out("/dev/null", "x", "t")' "$B" | cat)
+[ "$got" = piped ] && ok "outputs in place: /dev/stdout into a pipe, /dev/null" ||
+    bad "outputs in place: '$got'"
+
 # ---- merge_results.py ----
 sweep() { # sweep NAME: a results directory with one task of levels 1 and 4
     rm -rf "$1"; mkdir "$1"
@@ -87,6 +95,10 @@ sweep nolevel; echo '{"foo":1}' >nolevel/task_0.jsonl
 refused "merge: a line without a level" 2 "merge_results.py: nolevel/task_0.jsonl:1: concurrency \
 level None is not a positive integer (max_concurrency or concurrency)" \
     merge nolevel --no-plot --expect 1
+sweep prof; echo '{"profile_only":true,"decode_profile":{"batch":1}}' >prof/task_0.jsonl
+refused "merge: a --profile-only line" 2 "merge_results.py: prof/task_0.jsonl:1: a k25bench \
+--profile-only line (decode steps, no serving level): the summary tabulates serving levels" \
+    merge prof --no-plot
 sweep neg
 refused "merge: --expect -3" 2 "merge_results.py: error: argument --expect: -3 is less than 1" \
     merge neg --no-plot --expect -3

@@ -61,7 +61,7 @@ for bad in nonsense model:/nonexistent "eagle3:$tmp" ngram:0; do
 done
 timeout 60 "$dec" --tokens 1,2 --spec-k 2 >/dev/null 2>&1 && fail "--spec-k without --spec-draft accepted"
 # A draft whose configuration is wrong is named, and refused before the target's weights load
-# (the load line never comes): a bad value, and heads that 8 ranks cannot split (the target's 8
+# (the line that reports them never comes): a bad value, and heads that 8 ranks cannot split (the target's 8
 # can be).
 sed 's/^hidden_size = .*/hidden_size = 0/' config/tiny_draft.ini >"$tmp/bad_draft.ini"
 for bad in "2 $tmp/bad_draft.ini model.hidden_size must be positive" \
@@ -71,7 +71,7 @@ for bad in "2 $tmp/bad_draft.ini model.hidden_size must be positive" \
         --spec-draft "model:$file@1" >/dev/null 2>"$tmp/err" && fail "draft $file on $np ranks accepted"
     grep -q "error: draft model $file: $want" "$tmp/err" ||
         { cat "$tmp/err"; fail "draft $file on $np ranks: message"; }
-    grep -q 'load time' "$tmp/err" && fail "draft $file: refused only after the target loaded"
+    grep -q 'MiB of weights' "$tmp/err" && fail "draft $file: refused only after the target loaded"
     echo "ok   $(grep -m1 -o 'draft model.*' "$tmp/err")"
 done
 # A head given as the model is named as a head, with the option that takes it (it used to fail

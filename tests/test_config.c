@@ -321,8 +321,6 @@ static int load_json(k25_config *c, const char *json, char *err) {
     return config_load_hf_json_string(c, json, strlen(json), "config.json", err);
 }
 
-// load_json of the object base with the keys of "{" over "}" in place of its own (the reader
-// refuses a key that appears twice).
 // s with its first `from` replaced by `to` (a static buffer: one result at a time).
 static const char *with(const char *s, const char *from, const char *to) {
     static char out[8192];
@@ -332,6 +330,8 @@ static const char *with(const char *s, const char *from, const char *to) {
     return out;
 }
 
+// load_json of the object base with the keys of "{" over "}" in place of its own (the reader
+// refuses a key that appears twice).
 static int load_over(k25_config *c, const char *base, const char *over, char *err) {
     char text[1024];
     snprintf(text, sizeof text, "{%s}", over);
@@ -490,6 +490,8 @@ static void test_hf_json(void) {
         CHECK(load_json(&c, with(quant, schemes[i][0], schemes[i][1]), err) != 0 &&
                   has_all(err, "config_groups.group_0.", schemes[i][2], NULL),
               "%s: %s", schemes[i][1], err);
+    CHECK(load_json(&c, with(quant, "\"actorder\": null", "\"actorder\": false"), err) == 0,
+          "actorder false (no order, as null): %s", err);
     CHECK(load_over(&c, full, "\"hidden_size\": \"7168\"", err) != 0 &&
               has_all(err, "'hidden_size'", "an integer", NULL),
           "wrong type: %s", err);

@@ -70,7 +70,7 @@ k25_words_ok() { bash -n -c "_words=($1)" 2>/dev/null; }
 # two words); stops, naming $3 (where the text came from), when it does not split.
 k25_words() {
     if ! k25_words_ok "$2"; then
-        echo "${0##*/}: $3: not shell words (a quote or parenthesis left open?): $2" >&2
+        echo "error: $3: not shell words (a quote or parenthesis left open?): $2" >&2
         exit 2
     fi
     eval "$1=($2)"
