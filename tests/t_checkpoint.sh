@@ -84,6 +84,20 @@ f=$(shard_of "$d" "$t")
 put "$f" "$(after "$f" "\"$t\":{\"dtype\":\"BF16\",\"shape\":[")" "128,64]"
 expect load "$d" "wrong shape" "$t" "shape [128, 64], expected [64, 128]"
 
+d=$(copy weightshape)
+t="$P.1.mlp.experts.0.down_proj.weight_shape"
+python3 - "$(shard_of "$d" "$t")" "$t" <<'PY' || fail "could not patch $t"
+import json, struct, sys
+path, name = sys.argv[1], sys.argv[2]
+b = bytearray(open(path, "rb").read())
+n = struct.unpack("<Q", b[:8])[0]
+off = 8 + n + json.loads(b[8:8 + n])[name]["data_offsets"][0]
+b[off:off + 8] = struct.pack("<2i", 128, 256)
+open(path, "wb").write(b)
+PY
+# named as the file stores it (with its prefix), not by the canonical name
+expect load "$d" "wrong weight_shape" "tensor '$t': (128, 256), expected (128, 128)"
+
 d=$(copy notinshard)
 t="$P.3.self_attn.q_a_layernorm.weight"
 f=$(shard_of "$d" "$t")
