@@ -71,24 +71,33 @@ rank_pid() {
 
 n_ids() { { wc -w <"$1"; } 2>/dev/null || echo 0; }
 
-# start NAME: launches the long decode in the background; sets mp (mpirun PID), r0, r1.
-start() {
-    local name=$1 tag="k25rk.$$.$1"
-    mpirun -np 2 -x K25_RANK_KILL_TAG="$tag" "$bin" "${args[@]}" >"$tmp/$name.out" 2>"$tmp/$name.err" &
+# launch NAME READY ARGS...: k25dec ARGS on 2 tagged ranks in the background, then waits until
+# `READY NAME` holds (at most 60 s, and only while mpirun runs); sets mp (mpirun PID), r0, r1.
+launch() {
+    local name=$1 ready=$2 tag="k25rk.$$.$1"
+    shift 2
+    mpirun -np 2 -x K25_RANK_KILL_TAG="$tag" "$bin" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
     mp=$!
     started+=("$mp")
-    # Mid-decode: wait until a few ids have been streamed (at most 60 s).
     for _ in $(seq 600); do
-        [ "$(n_ids "$tmp/$name.out")" -ge 20 ] && break
+        "$ready" "$name" && break
         alive "$mp" || break
         sleep 0.1
     done
     r0=$(rank_pid "$tag" 0)
     r1=$(rank_pid "$tag" 1)
     for p in $r0 $r1; do started+=("$p"); done
-    if [ -z "$r0" ] || [ -z "$r1" ] || ! alive "$mp" || [ "$(n_ids "$tmp/$name.out")" -lt 20 ]; then
+}
+
+# Mid-decode: a few ids have been streamed.
+streaming() { [ "$(n_ids "$tmp/$1.out")" -ge 20 ]; }
+
+# start NAME: launches the long decode and catches it mid-decode.
+start() {
+    launch "$1" streaming "${args[@]}"
+    if [ -z "$r0" ] || [ -z "$r1" ] || ! alive "$mp" || ! streaming "$1"; then
         echo "could not catch the decode running (ranks '$r0' '$r1'):"
-        cat "$tmp/$name.err"
+        cat "$tmp/$1.err"
         return 1
     fi
 }
@@ -168,18 +177,8 @@ fi
 big=(--config config/tiny.ini --synthetic 1 -p abc -n 1 --set model.n_routed_experts=384
      --set model.moe_intermediate_size=512 --set model.hidden_size=1024
      --set model.num_hidden_layers=8 "${extra[@]}")
-tag="k25rk.$$.load"
-mpirun -np 2 -x K25_RANK_KILL_TAG="$tag" "$bin" "${big[@]}" >"$tmp/load.out" 2>"$tmp/load.err" &
-mp=$!
-started+=("$mp")
-for _ in $(seq 600); do
-    grep -q "no tokenizer" "$tmp/load.err" && break
-    alive "$mp" || break
-    sleep 0.1
-done
-r0=$(rank_pid "$tag" 0)
-r1=$(rank_pid "$tag" 1)
-for p in $r0 $r1; do started+=("$p"); done
+loading() { grep -q "no tokenizer" "$tmp/$1.err"; }
+launch load loading "${big[@]}"
 if [ -n "$r0" ] && [ -n "$r1" ] && ! grep -q "load time" "$tmp/load.err"; then
     kill -TERM "$r0" "$r1"
     if wait_gone 5 "$mp" "$r0" "$r1"; then
