@@ -514,6 +514,9 @@ static void print_desc(const run_desc *r, const bench_args *a, const k25_config 
            "%d x concurrency requests per level, all sent at t=0, seed %llu\n",
            a->input_len, a->output_len, a->range_ratio, a->prompts_factor,
            (unsigned long long)a->seed);
+    if (c->kv_cache_mb > 0)
+        printf("# CACHE CAP: at most %d MiB of latent cache a rank (run.kv_cache_mb): requests may "
+               "wait for cache blocks below the level's concurrency\n", c->kv_cache_mb);
     printf("# engine: ctx %d, kv_block %d, prefill_chunk %d, sampling temp %g top_k %d top_p %g%s\n",
            c->ctx_size, c->kv_block, c->prefill_chunk, (double)c->temp, c->sample_top_k,
            (double)c->sample_top_p,
@@ -782,6 +785,23 @@ static void measure(k25_model *m, const k25_config *c, const workload *w, int co
 // decode step and `steps` timed ones.
 static int profile_tokens(int steps) { return 2 * steps + 3; }
 
+// Under run.kv_cache_mb the cache may hold fewer blocks than the largest level's sequences
+// need: requests then wait for free blocks, but the longest request must fit on its own, and
+// the breakdown decodes the whole batch at once (with fewer in flight it has no full step).
+static int check_cache_cap(const bench_args *a, const k25_config *c, int blocks, int max_conc,
+                           int per_seq, char *err) {
+    if (blocks < per_seq)
+        return k25_err(err, "run.kv_cache_mb=%d holds %d cache blocks of %d tokens, a request "
+                       "needs %d: raise it or shorten the requests", c->kv_cache_mb, blocks,
+                       c->kv_block, per_seq);
+    if (a->profile_steps > 0 && blocks < max_conc * per_seq)
+        return k25_err(err, "run.kv_cache_mb=%d holds %d cache blocks of %d tokens; the breakdown "
+                       "decodes %d sequences at once, which need %d (--profile-steps 0 times the "
+                       "serving run alone)", c->kv_cache_mb, blocks, c->kv_block, max_conc,
+                       max_conc * per_seq);
+    return 0;
+}
+
 // Runs engine steps until `steps` of them decoded all n sequences and prefilled nothing, after
 // one such step untimed (the first after prefill or after a change of step mode). Returns how
 // many were timed; *ms gets their total time and, when groups is given, the operation
@@ -969,6 +989,7 @@ static char *level_json(const level_result *r, const run_desc *d, const bench_ar
     cJSON_AddStringToObject(o, "command", d->command);
     cJSON_AddNumberToObject(o, "ctx_size", c->ctx_size);
     cJSON_AddNumberToObject(o, "kv_block", c->kv_block);
+    cJSON_AddNumberToObject(o, "kv_cache_mb", c->kv_cache_mb);
     cJSON_AddNumberToObject(o, "prefill_chunk", c->prefill_chunk);
     if (d->pp > 1) cJSON_AddNumberToObject(o, "pp_async", c->pp_async);
     cJSON_AddNumberToObject(o, "input_len", a->input_len);
@@ -1300,6 +1321,7 @@ int main(int argc, char **argv) {
         .threads = cfg.threads,
         .model = {.max_seqs = max_conc, .max_rows = max_conc + cfg.prefill_chunk,
                   .kv_block = kvb, .n_blocks = max_conc * per_seq},
+        .kv_cache_mb = cfg.kv_cache_mb,
     };
     model_slots = max_conc;
     if (a.spec_draft) { // verification rows: k + 1 per decoding sequence
@@ -1315,6 +1337,8 @@ int main(int argc, char **argv) {
     double t_load = k25_now_ms();
     agree_or_exit(&d, instance_open(&in, &cfg, &d, &io, err) == 0, err);
     k25_log("k25bench: model ready in %.1f s\n", (k25_now_ms() - t_load) / 1000);
+    agree_or_exit(&d, check_cache_cap(&a, &cfg, model_n_blocks(in.m), max_conc, per_seq, err) == 0,
+                  err);
     k25_spec *spec = NULL;
     if (a.spec_draft) {
         spec = spec_create(a.spec_draft, in.m, &in.w, &cfg, &d, &so, err);

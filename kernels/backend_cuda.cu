@@ -1208,6 +1208,7 @@ extern "C" k25_backend *backend_cuda_create(const k25_config *cfg, const k25_dis
     be->mem_peak = cuda_mem_peak;
     be->load_weights = cuda_load_weights;
     be->kv_init = cuda_kv_init;
+    be->kv_value_bytes = c->kv_f32 ? 4 : 2;
     be->set_batch = cuda_set_batch;
     be->embed = cuda_embed;
     be->rmsnorm = cuda_rmsnorm;

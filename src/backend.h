@@ -60,6 +60,7 @@ struct k25_backend {
     void (*load_weights)(k25_backend *be, k25_weights *w);
     // n_layers local layers, n_blocks * kv_block tokens each.
     void (*kv_init)(k25_backend *be, int n_layers, int n_blocks, int kv_block);
+    int kv_value_bytes;          // bytes of one cached value: run.kv_cache_mb counts in them
     void (*set_batch)(k25_backend *be, const k25_batch *b);
 
     // ---- operations (T = rows of the current batch unless stated) ----

@@ -674,6 +674,7 @@ k25_backend *backend_cpu_create(const k25_config *cfg, const k25_dist *dist, int
     be->mem_peak = cpu_mem_peak;
     be->load_weights = cpu_load_weights;
     be->kv_init = cpu_kv_init;
+    be->kv_value_bytes = sizeof(float);
     be->set_batch = cpu_set_batch;
     be->embed = cpu_embed;
     be->rmsnorm = cpu_rmsnorm;

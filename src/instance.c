@@ -2,6 +2,7 @@
 // stage's weights, the backend and the model.
 #include "instance.h"
 
+#include <limits.h>
 #include <string.h>
 
 #include "pipeline.h"
@@ -38,6 +39,23 @@ static void drop_other_stages_tensors(k25_weights *w, const k25_config *cfg) {
     }
 }
 
+// run.kv_cache_mb: at most that many MiB of latent cache on a rank, as a serving engine's memory
+// budget; with fewer blocks than the sequences could use, requests wait for free ones. Every
+// stage indexes one block table, so the stage with the most layers sets the count.
+static int cache_cap(const k25_config *cfg, int mb, int layers, const k25_backend *be,
+                     k25_model_opts *mo, char *err) {
+    int kv_block = mo->kv_block > 0 ? mo->kv_block : cfg->kv_block;
+    int values = cfg->kv_lora_rank + cfg->qk_rope_dim;
+    size_t block = (size_t)layers * kv_block * values * be->kv_value_bytes;
+    size_t fit = ((size_t)mb << 20) / block;
+    if (fit == 0)
+        return k25_err(err, "run.kv_cache_mb=%d holds no cache block: a block takes %.2f MiB (%d "
+                       "layers x %d tokens x %d values x %d bytes)", mb, block / 1048576.0,
+                       layers, kv_block, values, be->kv_value_bytes);
+    mo->max_blocks = fit < INT_MAX ? (int)fit : INT_MAX;
+    return 0;
+}
+
 int instance_open(k25_instance *in, const k25_config *cfg, const k25_dist *d,
                   const k25_instance_opts *o, char *err) {
     memset(in, 0, sizeof *in);
@@ -64,6 +82,9 @@ int instance_open(k25_instance *in, const k25_config *cfg, const k25_dist *d,
     int *first = k25_malloc(sizeof(int) * (size_t)(stages + 1));
     if (!rc) rc = pipeline_layout(cfg, stages, first, err);
     int lb = rc ? 0 : first[stage], le = rc ? 0 : first[stage + 1];
+    int most_layers = 0;
+    for (int s = 0; !rc && s < stages; s++)
+        if (first[s + 1] - first[s] > most_layers) most_layers = first[s + 1] - first[s];
     free(first);
     // run.sim_tp (benchmarks only): TP rank r holds slice r of a sim_tp-way split, so fewer GPUs
     // than sim_tp time one rank's share of the larger run, all-reduces across the real ranks
@@ -98,7 +119,12 @@ int instance_open(k25_instance *in, const k25_config *cfg, const k25_dist *d,
     } else {
         in->be = backend_cpu_create(cfg, d, o->threads > 0 ? o->threads : cfg->threads);
     }
-    in->m = model_create(cfg, &in->w, in->be, d, &o->model);
+    k25_model_opts mo = o->model;
+    if (o->kv_cache_mb > 0 && cache_cap(cfg, o->kv_cache_mb, most_layers, in->be, &mo, err)) {
+        instance_close(in);
+        return -1;
+    }
+    in->m = model_create(cfg, &in->w, in->be, d, &mo);
     return 0;
 }
 

@@ -19,6 +19,8 @@ typedef struct k25_instance_opts {
     const char *backend;     // "cpu" or "cuda"; NULL: cfg->backend
     int threads;             // CPU backend threads; 0: cfg->threads
     k25_model_opts model;
+    int kv_cache_mb;         // most MiB of latent cache on a rank (run.kv_cache_mb): caps
+                             // model.max_blocks; 0: none
 } k25_instance_opts;
 
 #ifdef __cplusplus

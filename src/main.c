@@ -314,9 +314,16 @@ int main(int argc, char **argv) {
         .threads = cfg.threads,
         .model = {.max_seqs = 1, .max_rows = chunk, .kv_block = cfg.kv_block, .n_blocks = 0,
                   .check_finite = o.check_finite || K25_CHECK_FINITE_DEFAULT},
+        .kv_cache_mb = cfg.kv_cache_mb,
     };
     k25_instance in;
     agree_or_exit(&d, instance_open(&in, &cfg, &d, &io, err) == 0, err);
+    int need = (cfg.ctx_size + cfg.kv_block - 1) / cfg.kv_block; // fewer under run.kv_cache_mb
+    if (model_n_blocks(in.m) < need)
+        agree_or_exit(&d, k25_err(err, "the context (%d tokens) needs %d cache blocks of %d, "
+                                  "run.kv_cache_mb=%d holds %d: raise it or lower the context",
+                                  cfg.ctx_size, need, cfg.kv_block, cfg.kv_cache_mb,
+                                  model_n_blocks(in.m)) == 0, err);
     double load_ms = k25_now_ms() - t_start;
     print_summary(&d, &cfg, &o, &in);
 

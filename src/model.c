@@ -115,6 +115,11 @@ k25_model *model_create(const k25_config *cfg, k25_weights *w, k25_backend *be,
     if (m->opts.kv_block <= 0) m->opts.kv_block = cfg->kv_block;
     int per_seq = (cfg->ctx_size + m->opts.kv_block - 1) / m->opts.kv_block;
     m->n_blocks = m->opts.n_blocks > 0 ? m->opts.n_blocks : m->opts.max_seqs * per_seq;
+    if (m->opts.max_blocks > 0 && m->n_blocks > m->opts.max_blocks) {
+        k25_log("model: %d cache blocks of %d tokens, capped from %d\n", m->opts.max_blocks,
+                m->opts.kv_block, m->n_blocks);
+        m->n_blocks = m->opts.max_blocks;
+    }
     share_stage_layout(m);
 
     be->load_weights(be, w);

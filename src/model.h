@@ -14,6 +14,7 @@ typedef struct k25_model_opts {
     int max_rows;        // most token rows in one step (prefill chunk or batch x (spec_k+1))
     int kv_block;        // tokens per cache block
     int n_blocks;        // cache blocks (0: sized from max_seqs * ctx_size)
+    int max_blocks;      // at most this many cache blocks (0: no cap; run.kv_cache_mb, instance.h)
     int check_finite;    // NaN/Inf check of the hidden state after every layer (slow path)
 } k25_model_opts;
 

@@ -3,7 +3,7 @@
 # and the JSON lines (every level present, request and token counts as asked, every metric
 # positive, median <= p99, throughputs and latencies consistent with each other). No timing
 # thresholds. Also: --profile-only (the decode-step table alone), the run.uniform_routing label,
-# and a bad command line fails on every rank with a message.
+# run.kv_cache_mb, and a bad command line fails on every rank with a message.
 set -u
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 bin=./k25bench
@@ -175,6 +175,25 @@ grep -q -- "--seed: missing value" <<<"$out" || fail "no 'missing value' message
 out=$(timeout 60 mpirun -np 2 "$bin" --config config/tiny.ini --synthetic 1 --json /nonexistent/x.jsonl 2>&1) \
     && fail "an unwritable --json path accepted"
 grep -q "cannot create /nonexistent/x.jsonl.tmp" <<<"$out" || fail "no message about the --json path: $out"
+
+# run.kv_cache_mb caps the cache: a tiny-model block of 16 tokens takes 4 layers x 16 x 40 values
+# x 4 bytes = 10 KiB, so 1 MiB holds 102 blocks where 8 requests of 256 + 16 tokens want 8 x 17.
+# Requests wait for blocks and all complete; a request that cannot fit alone, or a breakdown
+# whose whole batch cannot, is refused before the sweep.
+cap=(--config config/tiny.ini --synthetic 1 --no-warmup --set run.kv_block_size=16 --set run.kv_cache_mb=1)
+timeout 120 mpirun -np 2 "$bin" "${cap[@]}" --concurrency 8 --input-len 256 --output-len 16 \
+    --profile-steps 0 --json "$tmp/cap.jsonl" >"$tmp/cap.out" 2>"$tmp/cap.err" || { cat "$tmp/cap.err"; fail "capped run"; }
+grep -q "^model: 102 cache blocks of 16 tokens, capped from 136" "$tmp/cap.err" || fail "no cap line: $(cat "$tmp/cap.err")"
+grep -q "^# CACHE CAP: at most 1 MiB" "$tmp/cap.out" || fail "no CACHE CAP label"
+python3 -c "import json, sys; o = json.loads(open(sys.argv[1]).readline())
+assert o['kv_cache_mb'] == 1 and o['completed'] == o['num_prompts'] == 40, o" "$tmp/cap.jsonl" || fail "capped run's JSON"
+out=$(timeout 120 mpirun -np 2 "$bin" "${cap[@]}" --concurrency 8 --input-len 256 --output-len 16 2>&1) \
+    && fail "a breakdown past the cap accepted"
+grep -q "the breakdown decodes 8 sequences at once, which need 136" <<<"$out" || fail "no breakdown cap message: $out"
+out=$(timeout 120 mpirun -np 2 "$bin" "${cap[@]}" --concurrency 1 --input-len 2000 --output-len 8 \
+      --profile-steps 0 --set run.ctx_size=2048 2>&1) && fail "a request past the cap accepted"
+grep -q "run.kv_cache_mb=1 holds 102 cache blocks of 16 tokens, a request needs 126" <<<"$out" ||
+    fail "no request cap message: $out"
 
 # run.sim_tp=2: one rank holds what rank 0 of a real 2-rank run holds (less than a whole model)
 # and says that it simulates; on 2 ranks, sim_tp=4 gives each what a rank of a real 4-rank run

@@ -6,7 +6,7 @@
 # backend asked for more host memory than the node has; -h prints the usage; --dump-config
 # round-trips and the built-in default equals config/tiny.ini; the README command prints tokens;
 # with a tokenizer the text out matches the ids; -n past the context stops at the context end;
-# an EOS token stops generation.
+# an EOS token stops generation; run.kv_cache_mb caps the latent cache.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -50,6 +50,17 @@ expect_fail 2 'out of range' -p hi --top-p 1.5
 expect_fail 2 'bad token id' --tokens 1,,2
 expect_fail 2 'no prompt' -n 4
 expect_fail 2 'more than the context' -c 4 --tokens 1,2,3,4,5
+# run.kv_cache_mb caps a rank's latent cache. A block of the tiny model on the CPU backend takes
+# 4 layers x 64 tokens x 40 values x 4 bytes = 40 KiB: 1 MiB holds 25 blocks, 1600 tokens.
+expect_fail 2 'the context (1601 tokens) needs 26 cache blocks of 64, run.kv_cache_mb=1 holds 25' \
+    --set run.kv_cache_mb=1 -c 1601 --tokens 1,2,3 -n 2
+expect_fail 2 'run.kv_cache_mb=1 holds no cache block: a block takes 2.50 MiB' \
+    --set run.kv_cache_mb=1 --set run.kv_block_size=4096 --tokens 1,2,3 -n 2
+if run 2 --set run.kv_cache_mb=1 -c 1600 --tokens 1,2,3 -n 6 --temp 0 --print-ids; then
+    capped=$(cat "$tmp/out")
+    run 2 -c 1600 --tokens 1,2,3 -n 6 --temp 0 --print-ids &&
+        { [ "$capped" = "$(cat "$tmp/out")" ] || bad "run.kv_cache_mb=1 changed the tokens"; }
+fi
 expect_fail 2 'outside the vocabulary' --tokens 1,2,100000
 expect_fail 3 '3 ranks cannot split 8 attention heads' -p hi
 expect_fail 2 'add --synthetic SEED' --config config/tiny.ini -p hi
