@@ -15,6 +15,9 @@ void stop_signal_install(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
+    // A write to stdout that waits on a slow reader must not fail with EINTR: stdio drops
+    // the text it held, and the run would end in a write error instead of the clean stop.
+    sa.sa_flags = SA_RESTART;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);

@@ -9,6 +9,9 @@
 #      model loads; a named pipe (cannot be rewound) is refused for the dump; a link stays a link and
 #      its target gets the file; a device node stays a device node (the file used to be
 #      renamed over it); k25bench --json on a full device fails the run, its table still out.
+#   3. SIGINT while k25dec's write to stdout waits on a full pipe (a slow reader): the write
+#      goes on once the reader reads, the run stops after that step with exit 130 and the text
+#      of a run with -n <tokens printed> (the interrupted write failed: exit 1, text lost).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -135,6 +138,44 @@ if [ "$full" = "$tmp/full" ]; then
     fi
 else
     echo "skip k25bench --json on a full device: not root (the system's /dev/full is not risked)"
+fi
+
+# 3. A signal while stdout is a full pipe: the write must not fail with EINTR (the text in
+# stdio's buffer would be dropped and the run would end in a write error instead of the stop).
+tokargs=(--tokenizer "$tok" --set model.vocab_size=6512 --set tokens.bos_token_id=6256
+         --set tokens.eos_token_ids= --set tokens.pad_token_id=6511 -p Hello -c 4096)
+python3 - "$tmp" ./k25dec "${tokargs[@]}" -n 4000 <<'EOF'
+import fcntl, os, signal, subprocess, sys, time
+tmp, cmd = sys.argv[1], sys.argv[2:]
+r, w = os.pipe()
+fcntl.fcntl(w, 1031, 4096)  # F_SETPIPE_SZ: a pipe that fills after a few hundred tokens
+with open(tmp + "/sig.err", "wb") as err:
+    p = subprocess.Popen(cmd, stdout=w, stderr=err)
+os.close(w)
+deadline = time.time() + 60
+while time.time() < deadline:  # until k25dec waits in write(2) on the full pipe
+    try:
+        if open(f"/proc/{p.pid}/syscall").read().split()[0] == "1":
+            break
+    except (OSError, IndexError):
+        pass
+    time.sleep(0.05)
+p.send_signal(signal.SIGINT)
+time.sleep(0.5)
+with open(tmp + "/sig.out", "wb") as out:
+    while chunk := os.read(r, 65536):
+        out.write(chunk)
+sys.exit(p.wait())
+EOF
+rc=$?
+n=$(grep -oE 'stopped by a signal after [0-9]+ tokens' "$tmp/sig.err" | grep -oE '[0-9]+')
+if [ $rc -ne 130 ] || [ -z "$n" ]; then
+    bad "SIGINT with stdout a full pipe: exit $rc (want 130): $(grep -m1 -E 'error|stopped' "$tmp/sig.err")"
+elif ! timeout 60 ./k25dec "${tokargs[@]}" -n "$n" >"$tmp/sig.ref" 2>/dev/null ||
+    ! cmp -s "$tmp/sig.ref" "$tmp/sig.out"; then
+    bad "SIGINT with stdout a full pipe: the $(wc -c <"$tmp/sig.out") bytes printed differ from a -n $n run"
+else
+    echo "ok   SIGINT with stdout a full pipe: exit 130, the text of $n tokens, as a -n $n run"
 fi
 
 [ $fail -eq 0 ] && echo "t_output_errors: ok"
