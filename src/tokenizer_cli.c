@@ -68,8 +68,18 @@ int tokenizer_cli_tokenize(const char *tokfile, const char *pattern, FILE *in, F
 int tokenizer_cli_detokenize(const char *tokfile, const char *pattern, FILE *in, FILE *out) {
     k25_tokenizer *t = open_tokenizer(tokfile, pattern);
     if (!t) return 1;
-    char *text = read_input(in, "--detokenize", NULL);
+    size_t len;
+    char *text = read_input(in, "--detokenize", &len);
     if (!text) {
+        tokenizer_free(t);
+        return 1;
+    }
+    // The ids are parsed as one C string: past a NUL byte the rest would go unread, unreported.
+    const char *nul = memchr(text, 0, len);
+    if (nul) {
+        fprintf(stderr, "k25dec: --detokenize: standard input has a NUL byte at offset %zu (expected token ids)\n",
+                (size_t)(nul - text));
+        free(text);
         tokenizer_free(t);
         return 1;
     }

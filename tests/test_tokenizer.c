@@ -533,6 +533,14 @@ static void check_cli(void) {
     fclose(in);
     fclose(out);
     free(text);
+    // Ids after a NUL byte were dropped without a word, exit 0
+    char nul_ids[] = "1 2\0 3";
+    in = fmemopen(nul_ids, sizeof nul_ids - 1, "r");
+    out = open_memstream(&text, &tl);
+    EXPECT(tokenizer_cli_detokenize(TOKDIR "/tiktoken.model", NULL, in, out) == 1, "cli accepted a NUL byte");
+    fclose(in);
+    fclose(out);
+    free(text);
     tokenizer_free(t);
 }
 
