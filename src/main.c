@@ -261,6 +261,7 @@ int main(int argc, char **argv) {
     tok_codec tc = {0};
     int32_t *prompt = NULL;
     int n_prompt = 0, ok = 1;
+    char why[K25_ERR_LEN];
     agree_or_exit(&d, load_tokenizer(&o, cfg.vocab, &tc, &codec, err) == 0, err);
     if (!codec.encode && o.prompt)
         k25_log("k25dec: no tokenizer: the prompt's bytes are token ids 0..255, ids are printed\n");
@@ -270,8 +271,8 @@ int main(int argc, char **argv) {
         o.tokens = NULL;
     } else if (o.chat) {
         ok = chat_prompt(&o, &tc, &cfg, &prompt, &n_prompt, err) == 0;
-    } else {
-        ok = gen_encode_prompt(&codec, o.prompt, &prompt, &n_prompt, err) == 0;
+    } else if (gen_encode_prompt(&codec, o.prompt, &prompt, &n_prompt, why)) {
+        ok = k25_err(err, "-p/--prompt: %s", why) == 0;
     }
     for (int i = 0; ok && i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= cfg.vocab)

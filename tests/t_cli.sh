@@ -69,6 +69,9 @@ expect_fail 2 'model.no_such_key' --set model.no_such_key=1 -p hi
 expect_fail 2 'cannot create /nonexistent/x.bin.tmp' -p hi -n 2 --dump-logits /nonexistent/x.bin
 expect_fail 2 '--think needs --chat' -p hi --think off
 expect_fail 2 '--tokenizer-pattern needs a tokenizer' -p hi --tokenizer-pattern '('
+# invalid UTF-8 in the prompt: the message names the option (it gave only the byte offset)
+expect_fail 2 '-p/--prompt: invalid UTF-8 at byte offset 1 (byte 0xff)' --set model.vocab_size=6512 \
+    --tokenizer tests/data/tokenizer/tiktoken.model -p $'a\xff'
 # a pattern that matches none of the text: no tokens, said so (not "the prompt is empty")
 expect_fail 2 'encodes to no tokens' --set model.vocab_size=6512 \
     --tokenizer tests/data/tokenizer/tiktoken.model --tokenizer-pattern x -p hi
