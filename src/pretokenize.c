@@ -12,12 +12,17 @@
 //     U+180E. Outside classes and as a positive item inside a class, \s is spelled out as the
 //     White_Space list. (\S inside a class stays PCRE2's.)
 //   - \d: Rust means \p{Nd}, spelled out the same way.
+//   - \w: Rust means Alphabetic, marks, Nd, Pc and Join_Control; PCRE2 10.42's UCP \w is L, N
+//     and '_' (it splits a letter from its combining accent and takes ² or ½). \w, and \W
+//     outside classes, are spelled out; \b and \B become lookarounds on that class.
+//   - POSIX classes ([[:alpha:]]) are ASCII in Rust, Unicode in PCRE2 with UCP: they become
+//     their ASCII ranges. Negated ones ([[:^alpha:]]) are rejected.
 //   - \p{Script}: Rust matches the Script property, PCRE2 >= 10.40 a bare script name matches
 //     Script_Extensions (\p{Han} would take 、。「 too), so bare script names become \p{sc:Name}.
 //   - \uXXXX, \u{X}, \UXXXXXXXX -> \x{X}; $ means end of text (PCRE2_DOLLAR_ENDONLY); '.' stops at
 //     \n only (newline convention LF).
-// Limits: \S inside a class, \w, \b and POSIX classes keep PCRE2's UCP meaning (close to Rust's,
-// not identical); Rust-only syntax not listed here is passed through and PCRE2 may reject it.
+// Limits: \S and \W inside a class keep PCRE2's UCP meaning (close to Rust's, not identical);
+// Rust-only syntax not listed here is passed through and PCRE2 may reject it.
 // Property tables come from the libraries' Unicode versions (PCRE2 10.42: Unicode 14); the two
 // agree except on code points assigned after that. A pattern that matches the empty string
 // makes tiktoken panic; here empty matches produce no piece.
@@ -35,6 +40,10 @@
 
 // The Unicode White_Space property, as class items.
 #define WS_ITEMS "\\x{9}-\\x{D}\\x{20}\\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
+// Rust's Unicode \w, as class items.
+#define WORD_ITEMS "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}"
+#define WORD "[" WORD_ITEMS "]"
+#define NOT_WORD "[^" WORD_ITEMS "]"
 
 const char *const K25_KIMI_PATTERN =
     "[\\p{Han}]+"
@@ -169,6 +178,19 @@ static int put_escape(sbuf *b, const char *p, size_t *i, int in_class, char *err
         sb_puts(b, in_class ? "\\S" : "[^" WS_ITEMS "]");
         return 0;
     case 'd': sb_puts(b, "\\p{Nd}"); return 0;
+    case 'w':
+        sb_puts(b, in_class ? WORD_ITEMS : WORD);
+        return 0;
+    case 'W':
+        sb_puts(b, in_class ? "\\W" : NOT_WORD);
+        return 0;
+    case 'b':
+    case 'B':
+        if (in_class) break;
+        // Start or end of text counts as a non-word side, as in Rust.
+        sb_puts(b, c == 'b' ? "(?:(?<=" WORD ")(?!" WORD ")|(?<!" WORD ")(?=" WORD "))"
+                            : "(?:(?<=" WORD ")(?=" WORD ")|(?<!" WORD ")(?!" WORD "))");
+        return 0;
     case 'D': sb_puts(b, "\\P{Nd}"); return 0;
     case 'u':
     case 'U': {
@@ -192,9 +214,29 @@ static int put_escape(sbuf *b, const char *p, size_t *i, int in_class, char *err
         return 0;
     }
     default:
-        sb_putn(b, p + j - 1, 2);
-        return 0;
+        break;
     }
+    sb_putn(b, p + j - 1, 2);
+    return 0;
+}
+
+// A POSIX class [:name:] (name n bytes) as its ASCII ranges, which is what Rust means by it.
+static int put_posix(sbuf *b, const char *name, size_t n, size_t at, char *err) {
+    static const struct { const char *name, *items; } posix[] = {
+        {"alnum", "0-9A-Za-z"}, {"alpha", "A-Za-z"},     {"ascii", "\\x{0}-\\x{7F}"},
+        {"blank", "\\t "},       {"cntrl", "\\x{0}-\\x{1F}\\x{7F}"}, {"digit", "0-9"},
+        {"graph", "!-~"},       {"lower", "a-z"},        {"print", " -~"},
+        {"punct", "!-/:-@\\[-`{-~"}, {"space", "\\t\\n\\x{B}\\f\\r "}, {"upper", "A-Z"},
+        {"word", "0-9A-Za-z_"}, {"xdigit", "0-9A-Fa-f"},
+    };
+    if (n && name[0] == '^')
+        return k25_err(err, "negated POSIX class [:%.*s:] at pattern offset %zu is not supported", (int)n, name, at);
+    for (size_t k = 0; k < sizeof posix / sizeof *posix; k++)
+        if (strlen(posix[k].name) == n && memcmp(posix[k].name, name, n) == 0) {
+            sb_puts(b, posix[k].items);
+            return 0;
+        }
+    return k25_err(err, "unknown POSIX class [:%.*s:] at pattern offset %zu", (int)n, name, at);
 }
 
 // ----------------------------------------------------------------------------
@@ -244,7 +286,7 @@ static int parse_operand(const char *p, size_t *i, int first, class_expr *out, c
                 k25_err(err, "unterminated POSIX class at pattern offset %zu", *i);
                 goto out;
             }
-            sb_putn(&items, p + *i, (size_t)(close + 2 - (p + *i)));
+            if (put_posix(&items, p + *i + 2, (size_t)(close - (p + *i + 2)), *i, err)) goto out;
             *i = (size_t)(close + 2 - p);
         } else if (c == '[') {
             class_expr nested = {0};

@@ -490,11 +490,21 @@ static void check_translation(void) {
     check_pattern("a*", "baab", "[aa]"); // empty matches produce nothing
     check_pattern("[]a]+|.", "]a]b", "[]a]][b]");
     check_pattern("[^]]+|.", "ab]c", "[ab][]][c]");
+    // Rust's \w takes marks and not No (PCRE2 10.42's is L, N and '_'); \b and \B follow it;
+    // POSIX classes are ASCII in Rust
+    check_pattern("\\w+|.", "e\xcc\x81x\xc2\xb2", "[e\xcc\x81x][\xc2\xb2]");
+    check_pattern("\\W+|.", "\xc2\xb2!e\xcc\x81", "[\xc2\xb2!][e][\xcc\x81]");
+    check_pattern("\\p{L}\\b\\p{M}|.", "e\xcc\x81", "[e][\xcc\x81]");
+    check_pattern("\\p{L}\\B\\p{M}|.", "e\xcc\x81", "[e\xcc\x81]");
+    check_pattern("[[:alpha:]]+|.", "ab\xc3\xa9", "[ab][\xc3\xa9]");
+    check_pattern("[[:punct:][:digit:]]+|.", "a!9\xc2\xb2", "[a][!9][\xc2\xb2]");
     char err[K25_ERR_LEN];
     char *s = tokenizer_translate_pattern("[\\p{Lu}&&[^\\p{Han}]]", err);
     EXPECT(s && !strcmp(s, "(?:(?![\\p{sc:Han}])[\\p{Lu}])"), "translation: %s", s ? s : err);
     free(s);
     EXPECT(!tokenizer_translate_pattern("[abc", err) && strstr(err, "unterminated"), "unterminated class: %s", err);
+    EXPECT(!tokenizer_translate_pattern("[[:^alpha:]]", err) && strstr(err, "negated POSIX class [:^alpha:]"),
+           "negated POSIX class: %s", err);
 }
 
 static void check_cli(void) {
