@@ -524,7 +524,7 @@ static void print_desc(const run_desc *r, const bench_args *a, const k25_config 
                                     : ", steps through the stages one at a time")
                      : "");
     printf("# metrics: TTFT first token - send; TPOT (E2E - TTFT) / (out - 1); ITL gap between "
-           "tokens; E2E last token - send; ms; p50 = median\n");
+           "chunks (a step's tokens); E2E last token - send; ms; p50 = median\n");
     fflush(stdout);
 }
 

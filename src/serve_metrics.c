@@ -67,7 +67,10 @@ void serve_metrics(const k25_seq_record *const *recs, int n, double t0_ms, int c
         ttft[n_ttft++] = first - sent;
         e2el[n_ttft - 1] = last - sent;
         if (r->n_tokens > 1) tpot[n_tpot++] = (last - first) / (r->n_tokens - 1);
-        for (int i = 1; i < r->n_tokens; i++) itl[n_itl++] = r->t_token[i] - r->t_token[i - 1];
+        // Tokens of one step carry the same time: gaps of 0 within a chunk are no ITL entry
+        for (int i = 1; i < r->n_tokens; i++)
+            if (r->t_token[i] != r->t_token[i - 1])
+                itl[n_itl++] = r->t_token[i] - r->t_token[i - 1];
         if (r->t_done > t_end) t_end = r->t_done;
     }
     out->duration_s = (t_end - t0_ms) / 1000.0;

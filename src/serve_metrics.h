@@ -2,8 +2,9 @@
 // `vllm bench serve` defines them (../shared/PERF.md §8):
 //   TTFT  first token time - send time
 //   TPOT  (E2EL - TTFT) / (output tokens - 1), per request with more than one output token
-//   ITL   every gap between consecutive tokens of a request (one entry per token after the
-//         first; the engine hands out one token per step, so a chunk is a token)
+//   ITL   every gap between consecutive chunks of a request (one entry per chunk after the
+//         first). A chunk is what one engine step hands a request: one token, or with
+//         speculative decoding a verification's tokens, which share the step's time
 //   E2EL  last token time - send time
 //   output tok/s = sum of output tokens / duration, total tok/s adds the prompt tokens,
 //   request/s = completed requests / duration; duration = last completion - start.

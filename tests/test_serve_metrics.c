@@ -93,6 +93,17 @@ int main(void) {
     NEAR(m.ttft_ms.mean, 5);
     NEAR(m.e2el_ms.mean, 5);
 
+    // Speculative decoding hands out several tokens in one step, at one time: one chunk, so one
+    // ITL entry (ITL is per chunk, not per token), while TPOT still divides by every token.
+    double ts[] = {1010, 1020, 1020, 1020, 1030, 1030};
+    k25_seq_record rs = rec(2, ts, 6, K25_FINISH_LENGTH);
+    const k25_seq_record *ps = &rs;
+    serve_metrics(&ps, 1, 1000, 1, &m);
+    NEAR(m.itl_ms.n, 2);
+    NEAR(m.itl_ms.mean, 10);
+    NEAR(m.itl_ms.median, 10);
+    NEAR(m.tpot_ms.mean, 20.0 / 5);
+
     if (n_fail) return 1;
     printf("test_serve_metrics: ok\n");
     return 0;
