@@ -195,6 +195,8 @@ typedef struct k25_eagle3_synth {
     int aux_ids[3];            // default layers apply)
     int intermediate;          // MLP width (0: the target's intermediate_size)
     int norm_before_residual;
+    int hidden;                // the head's hidden size (0: the target's)
+    int no_norm;               // no norm.weight (the target's final norm is used)
 } k25_eagle3_synth;
 
 #ifdef __cplusplus

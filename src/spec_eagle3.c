@@ -225,7 +225,12 @@ static int plan_weights(eagle *e, const spec_env *env, char *err) {
     }
     rc = eplan(&p, &w->final_norm, "norm.weight", 1, D, 0, 1, 0, D);
     if (rc < 0) return -1;
-    if (rc == 1) reuse(&w->final_norm, &tw->final_norm);
+    if (rc == 1) {
+        if (D != e->Dt)
+            return k25_err(err, "EAGLE-3 checkpoint %s: no norm.weight and a hidden size (%lld) "
+                                "other than the target's (%d)", e->ck->dir, (long long)D, e->Dt);
+        reuse(&w->final_norm, &tw->final_norm);
+    }
     if (c->tie_embeddings) {
         if (e->Vd != e->V)
             return k25_err(err, "EAGLE-3 checkpoint %s: tied embeddings with a draft vocabulary",

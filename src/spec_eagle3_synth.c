@@ -101,12 +101,12 @@ static void add_float(cJSON *o, const char *key, float v) {
     cJSON_AddRawToObject(o, key, buf);
 }
 
-static cJSON *config_json(const k25_config *t, const k25_eagle3_synth *o, int inter) {
+static cJSON *config_json(const k25_config *t, const k25_eagle3_synth *o, int D, int inter) {
     cJSON *c = cJSON_CreateObject();
     const char *arch[] = {"Eagle3DeepseekV2ForCausalLM"};
     cJSON_AddItemToObject(c, "architectures", cJSON_CreateStringArray(arch, 1));
     cJSON_AddStringToObject(c, "model_type", "kimi_k2");
-    cJSON_AddNumberToObject(c, "hidden_size", t->hidden);
+    cJSON_AddNumberToObject(c, "hidden_size", D);
     cJSON_AddNumberToObject(c, "target_hidden_size", t->hidden);
     cJSON_AddNumberToObject(c, "intermediate_size", inter);
     cJSON_AddNumberToObject(c, "num_hidden_layers", 1);
@@ -158,7 +158,8 @@ int spec_eagle3_write_synthetic(const char *dir, const k25_config *t, const k25_
                            t->n_layers);
     if (checkpoint_dir_fresh(dir, err)) return -1;
 
-    int64_t D = t->hidden, H = t->n_heads, ql = t->q_lora_rank;
+    int64_t D = o->hidden > 0 ? o->hidden : t->hidden, Dt = t->hidden;
+    int64_t H = t->n_heads, ql = t->q_lora_rank;
     int64_t dq = t->qk_nope_dim + t->qk_rope_dim, nv = t->qk_nope_dim + t->v_head_dim;
     int64_t kvw = t->kv_lora_rank + t->qk_rope_dim;
     int inter = o->intermediate > 0 ? o->intermediate : t->dense_inter;
@@ -184,7 +185,7 @@ int spec_eagle3_write_synthetic(const char *dir, const k25_config *t, const k25_
         e->bytes = sizeof(int64_t) * (uint64_t)Vd;
         e->raw = d2t;
     }
-    add_matrix(es, &n, "fc.weight", D, n_aux * D);
+    add_matrix(es, &n, "fc.weight", D, n_aux * Dt);
     add_norm(es, &n, "layers.0.hidden_norm.weight", D);
     add_norm(es, &n, "layers.0.input_layernorm.weight", D);
     add_norm(es, &n, "layers.0.post_attention_layernorm.weight", D);
@@ -198,7 +199,7 @@ int spec_eagle3_write_synthetic(const char *dir, const k25_config *t, const k25_
     add_matrix(es, &n, "layers.0.mlp.gate_proj.weight", inter, D);
     add_matrix(es, &n, "layers.0.mlp.up_proj.weight", inter, D);
     add_matrix(es, &n, "layers.0.mlp.down_proj.weight", D, inter);
-    add_norm(es, &n, "norm.weight", D);
+    if (!o->no_norm) add_norm(es, &n, "norm.weight", D);
     if (!o->no_lm_head) add_matrix(es, &n, "lm_head.weight", Vd, D);
     if (o->own_embed) add(es, &n, "embed_tokens.weight", t->vocab, D, K25_SYNTH_UNIFORM, -6);
     if (t2d) {
@@ -215,7 +216,7 @@ int spec_eagle3_write_synthetic(const char *dir, const k25_config *t, const k25_
     free(t2d);
     if (rc) return -1;
 
-    cJSON *c = config_json(t, o, inter);
+    cJSON *c = config_json(t, o, (int)D, inter);
     char *text = cJSON_Print(c);
     cJSON_Delete(c);
     snprintf(path, sizeof path, "%s/config.json", dir);

@@ -10,8 +10,9 @@
 //   - temperature 1: the draft distributions q of every drafted position must equal the
 //     reference's softmax (the reference fed the head's own sampled tokens), within 2e-4.
 // Two heads: full vocabulary with explicit aux layers; reduced vocabulary (d2t) with its own
-// embedding, another MLP width, the default aux layers and norm_before_residual. Runs on any
-// rank count tiny.ini divides over (t_spec_greedy.sh runs it on 2).
+// embedding, another MLP width, the default aux layers and norm_before_residual. Then a head
+// narrower than the target, which drafts, and the same without its own final norm, which is
+// refused. Runs on any rank count tiny.ini divides over (t_spec_greedy.sh runs it on 2).
 #include <math.h>
 #include <string.h>
 #include <unistd.h>
@@ -298,6 +299,56 @@ static void check_head(const char *name, const char *dir, k25_instance *in, cons
     spec_free(sp);
 }
 
+// A head narrower than the target (its own embedding, fc from the target's width to its own)
+// runs; without its own final norm it is refused at creation, naming the tensor: the target's
+// norm has the target's width (it used to be taken anyway, and the first draft step stopped
+// the run with a message about the target's model.norm.weight).
+static void check_narrow_heads(const char *dir, k25_instance *in, const k25_config *c,
+                               const k25_dist *d) {
+    char path[300], src[320], err[K25_ERR_LEN] = "";
+    k25_spec_opts so = {.k = K, .max_seqs = 2, .max_rows = 32, .ctx_size = 64, .kv_block = 4,
+                        .backend = "cpu", .threads = 1};
+    for (int no_norm = 0; no_norm < 2; no_norm++) {
+        snprintf(path, sizeof path, "%s/narrow%d", dir, no_norm);
+        if (d->world_rank == 0) {
+            k25_eagle3_synth o = {.seed = 23, .n_aux = 3, .aux_ids = {0, 1, 2}, .own_embed = 1,
+                                  .hidden = c->hidden / 2, .no_norm = no_norm};
+            if (spec_eagle3_write_synthetic(path, c, &o, err)) K25_DIE("%s", err);
+        }
+        MPI_CHECK(MPI_Barrier(d->world));
+        snprintf(src, sizeof src, "eagle3:%s", path);
+        k25_spec *sp = spec_create(src, in->m, &in->w, c, d, &so, err);
+        if (!no_norm) {
+            CHECK(sp, "narrow head: %s", err);
+            if (!sp) continue;
+            spec_attach(sp);
+            int32_t prompt[NP] = {7, 201, 45, 45, 98, 3, 160, 22, 91};
+            int32_t pos[NP], seq[NP], table[2 * 16], row = NP - 1, t0;
+            for (int i = 0; i < NP; i++) pos[i] = i, seq[i] = 1;
+            for (int i = 0; i < 32; i++) table[i] = i;
+            k25_batch b = {.T = NP, .tokens = prompt, .pos = pos, .seq = seq,
+                           .block_table = table, .max_seqs = 2, .max_blocks_per_seq = 16};
+            k25_sampling greedy = {.temp = 0, .top_p = 1};
+            model_step(in->m, &b, &row, 1, &greedy, &t0, NULL);
+            k25_spec_obs ob = {.slot = 1, .row0 = 0, .pos0 = 0, .n_rows = NP, .prompt = prompt,
+                               .n_prompt = NP, .gen = &t0, .n_gen = 1};
+            spec_observe(sp, &ob, 1);
+            k25_spec_seq s = {.slot = 1, .prompt = prompt, .n_prompt = NP, .gen = &t0,
+                              .n_gen = 1, .max_draft = K, .sampling = greedy};
+            spec_propose(sp, &s, 1);
+            CHECK(s.n_draft == K, "narrow head: %d tokens drafted, wanted %d", s.n_draft, K);
+            if (d->world_rank == 0)
+                printf("narrow head (hidden %d): %d tokens drafted\n", c->hidden / 2, s.n_draft);
+        } else {
+            CHECK(!sp && strstr(err, path) && strstr(err, "norm.weight"),
+                  "narrow head without norm.weight: %s (message '%s')",
+                  sp ? "accepted" : "refused", err);
+            if (d->world_rank == 0) printf("narrow head without norm.weight: %s\n", err);
+        }
+        spec_free(sp);
+    }
+}
+
 int main(int argc, char **argv) {
     k25_dist d;
     dist_init(&d, &argc, &argv);
@@ -328,6 +379,7 @@ int main(int argc, char **argv) {
     check_head("full vocabulary, temperature 1", eg1, &in, &cfg, &d, V, I, 0, 1);
     check_head("d2t, own embedding, norm before residual", eg2, &in, &cfg, &d, 96, 160, 1, 0);
     check_head("d2t, ..., temperature 0.7", eg2, &in, &cfg, &d, 96, 160, 1, 0.7f);
+    check_narrow_heads(dir, &in, &cfg, &d);
 
     int ok = dist_all_ok(&d, test_failures == 0);
     MPI_CHECK(MPI_Barrier(d.world));
