@@ -90,7 +90,7 @@ int spec_check(const char *source, const k25_config *cfg, const k25_dist *dist,
         uint64_t seed;
         return spec_model_config(&env, arg, &c, path, sizeof path, &synthetic, &seed, err);
     }
-    eagle3_fit fit = {cfg, o->ctx_size, o->k, o->kv_block, dist->tp_size};
+    eagle3_fit fit = {cfg, o->ctx_size, o->kv_block, dist->tp_size};
     eagle3_config ec;
     return eagle3_config_read(&ec, arg, &fit, err);
 }

@@ -32,7 +32,9 @@
 // of the token being decided, so every rank decides the same way.
 //
 // Rejected positions: the target's cache is truncated to the accepted length (positions past
-// it are overwritten later); the drafts' caches follow the same rule.
+// it are overwritten later); the drafts' caches follow the same rule. Drafts stop at the
+// context end (the verified rows are positions of the target's cache), so a draft needs no
+// more positions than the target.
 #pragma once
 #include "config.h"
 #include "dist.h"
@@ -47,7 +49,7 @@ typedef struct k25_spec_opts {
     int k;                 // tokens drafted per verification (1 .. K25_SPEC_MAX_K)
     int max_seqs;          // sequence slots of the target (engine max_batch; 1 for k25dec)
     int max_rows;          // rows of one draft step at most (>= max_seqs)
-    int ctx_size;          // the target's context; draft caches hold ctx_size + k positions
+    int ctx_size;          // the target's context; drafts stay inside it, so their caches too
     int kv_block;          // cache block size of the drafts
     const char *backend;   // "cpu" or "cuda" (model and EAGLE-3 drafts)
     int threads;           // CPU threads of draft backends (0: the default)

@@ -85,7 +85,7 @@ typedef struct eagle {
 
 // The head's config.json, checked against the target and this run (spec_eagle3_config.c).
 static int read_config(eagle *e, const char *dir, const spec_env *env, int *aux_ids, char *err) {
-    eagle3_fit fit = {env->cfg, env->o.ctx_size, env->o.k, env->o.kv_block, env->dist->tp_size};
+    eagle3_fit fit = {env->cfg, env->o.ctx_size, env->o.kv_block, env->dist->tp_size};
     eagle3_config ec;
     if (eagle3_config_read(&ec, dir, &fit, err)) return -1;
     e->cfg = ec.cfg;
@@ -571,7 +571,7 @@ int spec_eagle3_create(const spec_env *env, const char *dir, spec_draft *d, char
     e->K = o->k;
     e->R = o->max_rows;
     e->max_seqs = o->max_seqs;
-    e->cap_pos = o->ctx_size + o->k + 1;
+    e->cap_pos = o->ctx_size;
     if (read_config(e, dir, env, aux_ids, err) || !(e->ck = checkpoint_open(dir, err)) ||
         plan_weights(e, env, err)) {
         d->impl = e;

@@ -189,13 +189,13 @@ int eagle3_config_parse(eagle3_config *out, const char *json, size_t len, const 
     c->experts_int4 = 0;
     // sglang and vLLM build the draft's q_a / kv_a norms with rms_norm_eps.
     c->latent_norm_eps = c->norm_eps;
-    c->ctx_size = fit->ctx_size + fit->k + 1;
+    c->ctx_size = fit->ctx_size;
     c->kv_block = fit->kv_block;
     c->tp = fit->tp;
     c->pp = 1;
     if (c->ctx_size > c->max_pos)
-        return k25_err(err, "%s: context %d + %d drafts exceeds max_position_embeddings %d",
-                       path, fit->ctx_size, fit->k + 1, c->max_pos);
+        return k25_err(err, "%s: the context %d exceeds max_position_embeddings %d", path,
+                       c->ctx_size, c->max_pos);
     char why[K25_ERR_LEN];
     if (config_validate(c, why)) return k25_err(err, "%s: %s", path, why);
     if (c->n_heads % fit->tp || c->dense_inter % fit->tp || out->Vd % fit->tp)

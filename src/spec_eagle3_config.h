@@ -21,8 +21,7 @@ typedef struct eagle3_config {
 // What the draft must fit: the target and the run's shape.
 typedef struct eagle3_fit {
     const k25_config *target;
-    int ctx_size;                // the target's context; the draft runs k + 1 positions past it
-    int k;
+    int ctx_size;                // the target's context (drafts never go past it)
     int kv_block;
     int tp;                      // tensor-parallel ranks the head is split over
 } eagle3_fit;

@@ -22,7 +22,7 @@ typedef struct model_draft {
     k25_instance in;
     k25_kvcache kv;
     int K, V, R, max_seqs;
-    int cap_pos;              // positions a slot may hold: the target's context + K + 1
+    int cap_pos;              // positions a slot may hold: the target's context
 
     int32_t *fed;             // [max_seqs][cap_pos] token cached at each position
     int *n_fed;               // [max_seqs] positions cached
@@ -235,8 +235,8 @@ int spec_model_config(const spec_env *env, const char *arg, k25_config *c, char 
                  : config_load_hf_json(c, json, err);
     }
     if (rc) return -1;
-    // Run settings follow the target; the context covers the positions drafts reach.
-    int cap = o->ctx_size + o->k + 1;
+    // Run settings follow the target; drafts never go past its context.
+    int cap = o->ctx_size;
     c->ctx_size = cap;
     c->kv_block = o->kv_block;
     c->max_batch = o->max_seqs;
@@ -248,9 +248,8 @@ int spec_model_config(const spec_env *env, const char *arg, k25_config *c, char 
         return k25_err(err, "draft model %s: vocabulary of %d tokens, the target has %d", path,
                        c->vocab, env->cfg->vocab);
     if (cap > c->max_pos)
-        return k25_err(err, "draft model %s: context %d + %d drafts exceeds its "
-                            "max_position_embeddings %d",
-                       path, o->ctx_size, o->k + 1, c->max_pos);
+        return k25_err(err, "draft model %s: the context %d exceeds its max_position_embeddings %d",
+                       path, cap, c->max_pos);
     char why[K25_ERR_LEN];
     if (config_validate(c, why) || config_check_tp(c, env->dist->tp_size, why))
         return k25_err(err, "draft model %s: %s", path, why);

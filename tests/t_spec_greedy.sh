@@ -45,6 +45,22 @@ for np in 1 2; do
     done
 done
 
+# Drafts whose max_position_embeddings is the context (48), run to the context end: drafts
+# never go past it, so they run and match plain decoding to the last position (they were
+# refused, their caches sized k + 1 positions beyond the context).
+sed 's/^max_position_embeddings = .*/max_position_embeddings = 48/' config/tiny.ini >"$tmp/pos48.ini"
+./k25-mkeagle --config config/tiny.ini --set model.max_position_embeddings=48 --set run.ctx_size=48 \
+    --synthetic 5 --aux-layers 0,1,2 --out "$tmp/eagle48" 2>/dev/null || fail "k25-mkeagle (48 positions)"
+end=(--threads 1 --tokens 11,12,13,14,11,12,13,14,11,12 -n -1 -c 48)
+ref=$(timeout 120 "$dec" "${end[@]}" 2>"$tmp/err") || { cat "$tmp/err"; fail "plain run at -c 48"; }
+[ "$(echo "$ref" | wc -w)" -eq 39 ] || fail "plain run at -c 48 printed '$ref'"
+for src in "model:$tmp/pos48.ini@1" "eagle3:$tmp/eagle48"; do
+    out=$(timeout 120 "$dec" "${end[@]}" --spec-draft "$src" --spec-k 4 2>"$tmp/err") \
+        || { cat "$tmp/err"; fail "$src with a 48-position draft at -c 48 exited non-zero"; }
+    [ "$out" = "$ref" ] || fail "$src at -c 48: '$out', plain '$ref'"
+    echo "ok   ${src%%:*} draft of 48 positions to the end of the context of 48"
+done
+
 timeout 300 mpirun -np 2 "$build/tests/test_spec_engine" quick >"$tmp/eng" 2>&1 \
     || { tail -30 "$tmp/eng"; fail "test_spec_engine on 2 ranks"; }
 echo "ok   test_spec_engine on 2 ranks"

@@ -53,7 +53,7 @@ static char *with(const char *key, const char *value) {
 static k25_config tiny, kimi;
 
 static int parse(eagle3_config *ec, const char *json, const k25_config *t, int tp, char *err) {
-    eagle3_fit fit = {t, t->ctx_size, 3, t->kv_block, tp};
+    eagle3_fit fit = {t, t->ctx_size, t->kv_block, tp};
     err[0] = 0;
     return eagle3_config_parse(ec, json, strlen(json), PATH, &fit, err);
 }
@@ -103,7 +103,7 @@ static void test_accepted(void) {
           c->n_layers, c->first_dense, c->experts_int4);
     CHECK(c->hidden == 128 && c->n_heads == 8 && c->dense_inter == 256 && c->q_lora_rank == 64,
           "dims %d %d %d %d", c->hidden, c->n_heads, c->dense_inter, c->q_lora_rank);
-    CHECK(c->ctx_size == tiny.ctx_size + 3 + 1, "ctx %d", c->ctx_size);
+    CHECK(c->ctx_size == tiny.ctx_size, "ctx %d", c->ctx_size);
     CHECK(c->latent_norm_eps == c->norm_eps, "latent eps %g", (double)c->latent_norm_eps);
 
     ec = accept("eagle_config", NULL, &tiny);
@@ -123,6 +123,7 @@ static void test_accepted(void) {
     accept("fc_norm", "null", &tiny);
     accept("fc_norm", "false", &tiny);
     accept("target_hidden_size", NULL, &tiny);
+    accept("max_position_embeddings", "512", &tiny); // the target's context: drafts stay inside
 
     // The real target's 61 layers: sglang's default [2, 30, 58].
     char *json = with("eagle_config", NULL), err[K25_ERR_LEN];
@@ -176,7 +177,7 @@ static void test_rejected(void) {
     reject("num_attention_heads", "6", 4, "must divide over 4 tensor-parallel ranks");
     reject("hidden_size", "1.5", 1, "key 'hidden_size': expected an integer");
     reject("kv_lora_rank", "-32", 1, "kv_lora_rank");
-    reject("max_position_embeddings", "512", 1, "exceeds max_position_embeddings 512");
+    reject("max_position_embeddings", "511", 1, "the context 512 exceeds max_position_embeddings 511");
 }
 
 int main(void) {

@@ -23,7 +23,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     return 0;
 }
 
-static void check_accepted(const eagle3_config *ec, int tp, int k, int mentions_eagle_config) {
+static void check_accepted(const eagle3_config *ec, int tp, int mentions_eagle_config) {
     const k25_config *t = &target, *c = &ec->cfg;
     if (ec->n_aux < 1 || ec->n_aux > EAGLE3_MAX_AUX) fuzz_fail("%d aux layers", ec->n_aux);
     for (int i = 0; i < ec->n_aux; i++) {
@@ -45,9 +45,8 @@ static void check_accepted(const eagle3_config *ec, int tp, int k, int mentions_
         fuzz_fail("layers %d, dense %d, int4 %d, tp %d, pp %d", c->n_layers, c->first_dense,
                   c->experts_int4, c->tp, c->pp);
     if (c->vocab != t->vocab) fuzz_fail("vocabulary %d, the target's %d", c->vocab, t->vocab);
-    if (c->ctx_size != t->ctx_size + k + 1 || c->ctx_size > c->max_pos)
-        fuzz_fail("context %d (target %d + %d), positions %d", c->ctx_size, t->ctx_size, k + 1,
-                  c->max_pos);
+    if (c->ctx_size != t->ctx_size || c->ctx_size > c->max_pos)
+        fuzz_fail("context %d (target %d), positions %d", c->ctx_size, t->ctx_size, c->max_pos);
     if (c->n_heads % tp || c->dense_inter % tp)
         fuzz_fail("%d heads, MLP %d over %d ranks", c->n_heads, c->dense_inter, tp);
     char err[K25_ERR_LEN];
@@ -62,8 +61,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     free(text);
     int accepted_at = 0;
     for (int tp = 8; tp >= 1; tp /= 2) {
-        const int k = 3;
-        eagle3_fit fit = {&target, target.ctx_size, k, target.kv_block, tp};
+        eagle3_fit fit = {&target, target.ctx_size, target.kv_block, tp};
         eagle3_config ec;
         char err[K25_ERR_LEN];
         err[0] = 0;
@@ -73,7 +71,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (accepted_at)
                 fuzz_fail("accepted at tp %d, rejected at %d: %s", accepted_at, tp, err);
         } else {
-            check_accepted(&ec, tp, k, mentions);
+            check_accepted(&ec, tp, mentions);
             accepted_at = tp;
         }
     }
