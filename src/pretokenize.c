@@ -230,7 +230,8 @@ static int put_posix(sbuf *b, const char *name, size_t n, size_t at, char *err) 
         {"word", "0-9A-Za-z_"}, {"xdigit", "0-9A-Fa-f"},
     };
     if (n && name[0] == '^')
-        return k25_err(err, "negated POSIX class [:%.*s:] at pattern offset %zu is not supported", (int)n, name, at);
+        return k25_err(err, "negated POSIX class [:%.*s:] at pattern offset %zu is not supported",
+                       (int)n, name, at);
     for (size_t k = 0; k < sizeof posix / sizeof *posix; k++)
         if (strlen(posix[k].name) == n && memcmp(posix[k].name, name, n) == 0) {
             sb_puts(b, posix[k].items);

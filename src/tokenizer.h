@@ -73,11 +73,10 @@ size_t detok_flush(k25_detok *d, char *out, size_t cap);
 // Translates a tiktoken pattern (Rust regex syntax) into PCRE2 syntax. Class set operations
 // become lookaheads: [A&&[^B]] -> (?:(?![B])[A]), [A&&B] -> (?:(?=[B])[A]), [A--B] ->
 // (?:(?![B])[A]), with any number of operands (left to right), nested classes (unions) and an
-// outer negation; symmetric difference (~~) and negated POSIX classes are rejected. \s, \S, \w,
-// \W (these four outside classes), \d, \b, \B, POSIX classes (ASCII) and bare script names
+// outer negation; symmetric difference (~~) and negated POSIX classes are rejected. \s, \w, \d,
+// \S and \W (these two outside classes), \b, \B, POSIX classes (ASCII) and bare script names
 // (\p{Han} -> \p{sc:Han}) are rewritten to keep Rust's meaning; see pretokenize.c for the full
-// list and the limits. Returns a malloc'ed string, or NULL with a
-// message in err.
+// list and the limits. Returns a malloc'ed string, or NULL with a message in err.
 char *tokenizer_translate_pattern(const char *rust_pattern, char *err);
 
 #ifdef __cplusplus

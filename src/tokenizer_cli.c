@@ -77,7 +77,9 @@ int tokenizer_cli_detokenize(const char *tokfile, const char *pattern, FILE *in,
     // The ids are parsed as one C string: past a NUL byte the rest would go unread, unreported.
     const char *nul = memchr(text, 0, len);
     if (nul) {
-        fprintf(stderr, "k25dec: --detokenize: standard input has a NUL byte at offset %zu (expected token ids)\n",
+        fprintf(stderr,
+                "k25dec: --detokenize: standard input has a NUL byte at offset %zu (expected token "
+                "ids)\n",
                 (size_t)(nul - text));
         free(text);
         tokenizer_free(t);
