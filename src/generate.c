@@ -32,7 +32,8 @@ int gen_encode_prompt(const k25_text_codec *codec, const char *text, int32_t **i
 int gen_has_text(const k25_text_codec *codec) { return codec->decode != NULL; }
 
 // What rank 0 prints: ids separated by spaces, or text streamed through the detokenizer. A
-// failed write (a full disk, a closed pipe) stops the printing and, one step later, the run.
+// failed write (a full disk) stops the printing and, one step later, the run. A reader that
+// closes the pipe ends the process by SIGPIPE, as it would any filter (`| head`).
 typedef struct out_stream {
     int active, ids, n;
     int failed;

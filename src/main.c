@@ -190,11 +190,11 @@ static void print_timings(double load_ms, const k25_gen_result *r) {
     k25_log("%s:        load time = %10.2f ms\n", f, load_ms);
     k25_log("%s: prompt eval time = %10.2f ms / %5d tokens (%8.2f ms per token, %8.2f tokens "
             "per second)\n",
-            f, r->prompt_ms, r->n_prompt, r->prompt_ms / (r->n_prompt ? r->n_prompt : 1),
+            f, r->prompt_ms, r->n_prompt, r->n_prompt ? r->prompt_ms / r->n_prompt : 0.0,
             r->prompt_ms > 0 ? 1e3 * r->n_prompt / r->prompt_ms : 0.0);
     k25_log("%s:        eval time = %10.2f ms / %5d runs   (%8.2f ms per token, %8.2f tokens "
             "per second)\n",
-            f, r->eval_ms, r->n_eval, r->eval_ms / (r->n_eval ? r->n_eval : 1),
+            f, r->eval_ms, r->n_eval, r->n_eval ? r->eval_ms / r->n_eval : 0.0,
             r->eval_ms > 0 ? 1e3 * r->n_eval / r->eval_ms : 0.0);
     k25_log("%s:       total time = %10.2f ms / %5d tokens\n", f, total,
             r->n_prompt + r->n_tokens);

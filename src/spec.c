@@ -51,7 +51,10 @@ static int draft_kind(const char *source, const char **arg, char *err) {
     const char *colon = strchr(source, ':');
     size_t n = colon ? (size_t)(colon - source) : strlen(source);
     *arg = colon ? colon + 1 : "";
-    if (n == 5 && !strncmp(source, "ngram", 5)) return DRAFT_NGRAM;
+    if (n == 5 && !strncmp(source, "ngram", 5))
+        return !colon || **arg ? DRAFT_NGRAM
+                               : k25_err(err, "--spec-draft ngram:N needs the n-gram length N "
+                                              "(or ngram alone)");
     if (n == 5 && !strncmp(source, "model", 5))
         return **arg ? DRAFT_MODEL
                      : k25_err(err, "--spec-draft model:PATH needs a checkpoint directory or "
