@@ -6,7 +6,8 @@
 #   PHASES=1       in-kernel phase stamps (kernels/phase_stamps.cuh, k25bench --phases)
 #   DEBUG=1        -O0 -g, NaN/Inf checks on by default
 #   BUILD=build    object directory (binaries land at the repository root)
-# Targets: all (k25dec, k25bench, k25-mkckpt), test, test-gpu, bench, clean.
+# Targets: all (k25dec, k25bench, k25-mkckpt, k25-mkeagle, tests, micro benchmarks), test,
+#          test-gpu, run, fuzz, clean.
 
 CUDA_HOME ?= /usr/local/cuda
 SM        ?= 90
@@ -97,7 +98,7 @@ BENCHES   := $(patsubst bench/%.c,$(BUILD)/bench/%,$(filter-out bench/k25bench.c
 
 BINS := k25dec $(TOOLS) $(if $(wildcard bench/k25bench.c),k25bench)
 
-.PHONY: all test test-gpu bench clean run
+.PHONY: all test test-gpu clean run
 all: $(BINS) $(TESTS) $(BENCHES) $(GPU_TESTS) $(GPU_BENCHES)
 
 # Objects of one flavor (CUDA or not, DEBUG, ...) must not be linked into another: in a build
