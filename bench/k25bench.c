@@ -457,7 +457,7 @@ static void describe(run_desc *r, const bench_args *a, const k25_config *c, cons
 
     if (!strcmp(in->be->name, "cpu"))
         snprintf(r->backend, sizeof r->backend, c->threads > 0 ? "cpu (%d threads)" :
-                 "cpu (threads: OpenMP default)", c->threads);
+                 "cpu (threads: cores / ranks on the node)", c->threads);
     else
         snprintf(r->backend, sizeof r->backend, "%s", in->be->name);
     r->ranks = d->world_size;
