@@ -12,6 +12,7 @@ pkgs=(build-essential pkg-config
       libpcre2-dev                   # the tokenizer's Unicode regular expression
       zlib1g-dev                     # CRC-32 of checkpoint shards (--verify)
       clang libclang-rt-dev          # libFuzzer + sanitizers for the parser fuzz targets
+      procps                         # pgrep: tests/t_rank_kill.sh finds the ranks it signals
       python3 python3-pip)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
