@@ -229,6 +229,8 @@ int main(int argc, char **argv) {
     if (parse_rc == 0 && !o.help && (o.tokenize || o.detokenize))
         return o.tokenize ? tokenizer_cli_tokenize(o.tokenizer_file, o.tokenizer_pattern, stdin, stdout)
                           : tokenizer_cli_detokenize(o.tokenizer_file, o.tokenizer_pattern, stdin, stdout);
+    // before dist_init, whose check of the Slurm world is what -v adds a note to
+    if (parse_rc == 0) k25_verbose = o.verbose;
     k25_dist d;
     dist_init(&d, &argc, &argv);
     if (parse_rc) {
@@ -243,7 +245,6 @@ int main(int argc, char **argv) {
         dist_finalize(&d);
         return 0;
     }
-    k25_verbose = o.verbose;
 
     // ---- configuration ----
     k25_config cfg;
