@@ -35,7 +35,11 @@ static void check_slurm_world(int world_size) {
     char *end;
     long ntasks = strtol(s, &end, 10);
     if (*end || ntasks <= 0) return;
-    if (world_size == 1 && ntasks > 1)
+    // A launcher that sized the world itself (mpirun -np 1 inside the allocation) started one
+    // rank on purpose; the singletons of a plain srun carry no such size.
+    const char *sized = getenv("OMPI_COMM_WORLD_SIZE");
+    if (!sized) sized = getenv("PMI_SIZE");
+    if (world_size == 1 && ntasks > 1 && !(sized && strtol(sized, NULL, 10) == world_size))
         K25_DIE("SLURM_NTASKS=%ld but the MPI world has 1 rank: the launcher started %ld "
                 "independent singletons (srun without PMIx). Launch with srun --mpi=pmix, or "
                 "mpirun inside the allocation",
