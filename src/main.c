@@ -155,6 +155,10 @@ static void print_summary(const k25_dist *d, const k25_config *c, const k25_cli 
     if (c->uniform_routing)
         k25_log("k25dec: run.uniform_routing: every row's experts are drawn uniformly, not the "
                 "router's (a benchmark load): outputs are not the model's\n");
+    if (c->sim_tp > 1)
+        k25_log("k25dec: run.sim_tp = %d: the ranks run only their shares of a %d-way "
+                "tensor-parallel split (a benchmark shard): outputs are not the model's\n",
+                c->sim_tp, c->sim_tp);
     for (int r = 0; r < d->world_size; r++)
         k25_log("k25dec: rank %d: %.2f MiB of weights, %.2f MiB of backend memory\n", r,
                 mib((double)all[2 * r]), mib((double)all[2 * r + 1]));
@@ -289,7 +293,10 @@ int main(int argc, char **argv) {
                      n_prompt, cfg.ctx_size, cfg.max_pos) == 0;
     agree_or_exit(&d, ok, err);
     // Before a load that takes minutes, not after it
-    if (o.dump_logits && d.world_rank == 0)
+    if (o.dump_logits && cfg.sim_tp > 1)
+        ok = k25_err(err, "--dump-logits: run.sim_tp = %d runs a benchmark shard, which computes "
+                     "part of each row's logits and not the model's", cfg.sim_tp) == 0;
+    if (ok && o.dump_logits && d.world_rank == 0)
         ok = out_file_check(o.dump_logits, "--dump-logits", 1, err) == 0;
     agree_or_exit(&d, ok, err);
     int chunk = cfg.prefill_chunk < cfg.ctx_size ? cfg.prefill_chunk : cfg.ctx_size;

@@ -10,7 +10,8 @@
 #     with every request completed per concurrency level;
 #   - --dump-config shows the stage layout;
 #   - bad splits (--pp 3 on 4 ranks, more stages than layers, pp_layers that do not add up)
-#     stop every rank with status 1 and a message naming the problem, for k25dec and k25bench.
+#     stop every rank with status 1 and a message naming the problem, for k25dec and k25bench;
+#   - run.sim_tp with stages: a notice that the outputs are not the model's, no logits dump.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -117,6 +118,14 @@ bad ./k25bench 4 "run.pp = 3 pipeline stages cannot split the 4 MPI ranks" --con
     --synthetic 1 --pp 3 --concurrency 1 --input-len 4 --output-len 2
 bad ./k25bench 2 "run.pp_layers: stages 0..1 get more than the 4 layers" --config config/tiny.ini --synthetic 1 \
     --pp 2 --set run.pp_layers=4,1 --concurrency 1 --input-len 4 --output-len 2
+# run.sim_tp (a benchmark shard) with stages: the summary says that the tokens are not the
+# model's, and logits it computes only part of are not dumped (it ran silently, and the dump's
+# rows held the other ranks' share of the vocabulary unwritten)
+dec 2 "$tmp/sim.txt" "${common[@]}" --pp 2 --set run.sim_tp=2
+grep -q "run.sim_tp = 2: .*outputs are not the model's" "$tmp/sim.txt.err" ||
+    { cat "$tmp/sim.txt.err"; fail "no run.sim_tp notice"; }
+bad ./k25dec 2 "--dump-logits: run.sim_tp = 2" "${common[@]}" --pp 2 --set run.sim_tp=2 \
+    --dump-logits "$tmp/sim.bin"
 # A tensor that only the second stage loads is broken: every rank stops with its message (the
 # first stage went on into the model's first collective and the job hung).
 ./k25-mkckpt --config config/tiny.ini --synthetic 5 --out "$tmp/ck" >/dev/null 2>&1 || fail "k25-mkckpt"
