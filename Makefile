@@ -160,8 +160,9 @@ test-gpu: $(BINS) $(TESTS) $(GPU_TESTS) $(GPU_BENCHES)
 
 # The README's first command: the embedded tiny model on 2 ranks.
 MPIRUN_ROOT := $(if $(filter 0,$(shell id -u)),--allow-run-as-root)
+# --oversubscribe: Open MPI counts cores, not hardware threads, and a small machine may have one
 run: k25dec
-	mpirun $(MPIRUN_ROOT) -np 2 ./k25dec -p "Hello, world" -n 32
+	mpirun $(MPIRUN_ROOT) --oversubscribe -np 2 ./k25dec -p "Hello, world" -n 32
 
 clean:
 	rm -rf build build-* $(BINS)
