@@ -9,6 +9,7 @@
 // positions), the rest of the history is fed in one catch-up pass whose last row gives the
 // first draft token, then one row per sequence and step for the others. Catch-up passes of all
 // proposing sequences share steps (chunked by the row limit); so do the single-row steps.
+#include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -207,8 +208,9 @@ static int parse_path(const char *arg, char *path, size_t cap, int *synthetic, u
     *synthetic = 0;
     if (at) {
         char *end;
+        errno = 0; // strtoull would take " -1" or "+1" and wrap or round past the range
         unsigned long long v = strtoull(at + 1, &end, 10);
-        if (!at[1] || *end || at[1] == '-')
+        if (at[1] < '0' || at[1] > '9' || *end || errno)
             return k25_err(err, "--spec-draft model:%s: '%s' is not a seed", arg, at + 1);
         *seed = v;
         *synthetic = 1;

@@ -69,7 +69,7 @@ timeout 120 mpirun -np 2 "$build/tests/test_spec_eagle3" >"$tmp/eg" 2>&1 \
 echo "ok   test_spec_eagle3 on 2 ranks"
 
 # Bad sources fail on every rank with a message and a non-zero status.
-for bad in nonsense model:/nonexistent "eagle3:$tmp" ngram:0 ngram: model: eagle3:; do
+for bad in nonsense model:/nonexistent "eagle3:$tmp" ngram:0 ngram: model: eagle3: "model:config/tiny.ini@ 1" model:config/tiny.ini@99999999999999999999; do
     if timeout 60 mpirun -np 2 "$dec" --tokens 1,2 -n 4 --spec-draft "$bad" >/dev/null 2>"$tmp/err"; then
         fail "--spec-draft $bad was accepted"
     fi
