@@ -71,7 +71,7 @@ const char k25_builtin_ini[] =
 
 void cli_usage(FILE *f) {
     fputs(
-        "Usage: mpirun -np N k25dec [model] (-p TEXT | --tokens IDS) [options]\n"
+        "Usage: mpirun -np N k25dec [model options] (-p TEXT | --tokens IDS) [options]\n"
         "\n"
         "Distributed decoder for Kimi-K2.5 (tensor parallel over the MPI ranks).\n"
         "\n"
