@@ -286,14 +286,7 @@ static int parse_args(int argc, char **argv, bench_args *a, char *err) {
 // Every rank brings its own ok; when any failed, rank 0 (or the failing rank) says why and every
 // rank exits 1, so none is left waiting in a collective.
 static void agree_or_exit(k25_dist *d, int ok, const char *msg) {
-    if (dist_all_ok(d, ok)) return;
-    int root_ok = ok;
-    MPI_CHECK(MPI_Bcast(&root_ok, 1, MPI_INT, 0, d->world));
-    if (!ok && (d->world_rank == 0 || root_ok))
-        fprintf(stderr, "k25bench: error: rank %d: %s\n", d->world_rank, msg);
-    fflush(stderr);
-    dist_finalize(d);
-    exit(1);
+    dist_agree_or_exit(d, ok, "k25bench", msg);
 }
 
 // First line of a shell command's output (trailing newline removed); 0 when it printed one.

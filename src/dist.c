@@ -142,3 +142,18 @@ int dist_agree(const k25_dist *d, int ok, char *err) {
     if (d->world_rank != first) k25_err(err, "rank %d: %s", first, msg);
     return -1;
 }
+
+void dist_agree_or_exit(k25_dist *d, int ok, const char *prog, const char *msg) {
+    if (dist_all_ok(d, ok)) return;
+    int root_ok = ok;
+    MPI_CHECK(MPI_Bcast(&root_ok, 1, MPI_INT, 0, d->world));
+    if (!ok && (d->world_rank == 0 || root_ok)) {
+        if (d->world_size > 1 && d->world_rank != 0)
+            fprintf(stderr, "%s: error: rank %d: %s\n", prog, d->world_rank, msg);
+        else
+            fprintf(stderr, "%s: error: %s\n", prog, msg);
+    }
+    fflush(stderr);
+    dist_finalize(d);
+    exit(1);
+}

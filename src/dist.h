@@ -37,6 +37,10 @@ int dist_all_ok(const k25_dist *d, int ok);
 // 0 when every rank is ok. For failures that only some ranks see (a pipeline stage's layers, a
 // node without the checkpoint) before a collective the others would wait in.
 int dist_agree(const k25_dist *d, int ok, char *err);
+// The exit of a command-line program on a bad input: returns when every rank is ok; otherwise
+// the failing ranks print "PROG: error: msg" (only rank 0 when it failed too, since then all
+// ranks usually failed the same way; other ranks add "rank N:") and every rank exits with 1.
+void dist_agree_or_exit(k25_dist *d, int ok, const char *prog, const char *msg);
 
 #ifdef __cplusplus
 }

@@ -28,22 +28,8 @@
 // Collective exits
 // ------------------------------------------------------------------------------------------
 
-// Every rank arrives with its own ok. When any failed, the failing ranks print their message
-// (only rank 0 when it failed too, since then all ranks usually failed the same way) and every
-// rank exits with status 1.
 static void agree_or_exit(k25_dist *d, int ok, const char *msg) {
-    if (dist_all_ok(d, ok)) return;
-    int root_ok = ok;
-    MPI_CHECK(MPI_Bcast(&root_ok, 1, MPI_INT, 0, d->world));
-    if (!ok && (d->world_rank == 0 || root_ok)) {
-        if (d->world_size > 1 && d->world_rank != 0)
-            fprintf(stderr, "k25dec: error: rank %d: %s\n", d->world_rank, msg);
-        else
-            fprintf(stderr, "k25dec: error: %s\n", msg);
-    }
-    fflush(stderr);
-    dist_finalize(d);
-    exit(1);
+    dist_agree_or_exit(d, ok, "k25dec", msg);
 }
 
 // ------------------------------------------------------------------------------------------
