@@ -778,23 +778,6 @@ static void measure(k25_model *m, const k25_config *c, const workload *w, int co
 // decode step and `steps` timed ones.
 static int profile_tokens(int steps) { return 2 * steps + 3; }
 
-// Under run.kv_cache_mb the cache may hold fewer blocks than the largest level's sequences
-// need: requests then wait for free blocks, but the longest request must fit on its own, and
-// the breakdown decodes the whole batch at once (with fewer in flight it has no full step).
-static int check_cache_cap(const bench_args *a, const k25_config *c, int blocks, int max_conc,
-                           int per_seq, char *err) {
-    if (blocks < per_seq)
-        return k25_err(err, "run.kv_cache_mb=%d holds %d cache blocks of %d tokens, a request "
-                       "needs %d: raise it or shorten the requests", c->kv_cache_mb, blocks,
-                       c->kv_block, per_seq);
-    if (a->profile_steps > 0 && blocks < max_conc * per_seq)
-        return k25_err(err, "run.kv_cache_mb=%d holds %d cache blocks of %d tokens; the breakdown "
-                       "decodes %d sequences at once, which need %d (--profile-steps 0 times the "
-                       "serving run alone)", c->kv_cache_mb, blocks, c->kv_block, max_conc,
-                       max_conc * per_seq);
-    return 0;
-}
-
 // Runs engine steps until `steps` of them decoded all n sequences and prefilled nothing, after
 // one such step untimed (the first after prefill or after a change of step mode). Returns how
 // many were timed; *ms gets their total time and, when groups is given, the operation
@@ -1316,6 +1299,18 @@ int main(int argc, char **argv) {
                   .kv_block = kvb, .n_blocks = max_conc * per_seq},
         .kv_cache_mb = cfg.kv_cache_mb,
     };
+    // Under run.kv_cache_mb requests wait for free blocks, but the longest must fit on its own,
+    // and the breakdown decodes the whole batch at once (fewer in flight give it no full step).
+    char cap_what[160];
+    if (a.profile_steps > 0) {
+        io.min_blocks = max_conc * per_seq;
+        snprintf(cap_what, sizeof cap_what, "the breakdown, %d sequences at once (--profile-steps "
+                 "0 times the serving run alone),", max_conc);
+    } else {
+        io.min_blocks = per_seq;
+        snprintf(cap_what, sizeof cap_what, "a request of %d positions", in_hi + out_need - 1);
+    }
+    io.min_for = cap_what;
     model_slots = max_conc;
     if (a.spec_draft) { // verification rows: k + 1 per decoding sequence
         rows_per_seq = a.spec_k + 1;
@@ -1330,8 +1325,6 @@ int main(int argc, char **argv) {
     double t_load = k25_now_ms();
     agree_or_exit(&d, instance_open(&in, &cfg, &d, &io, err) == 0, err);
     k25_log("k25bench: model ready in %.1f s\n", (k25_now_ms() - t_load) / 1000);
-    agree_or_exit(&d, check_cache_cap(&a, &cfg, model_n_blocks(in.m), max_conc, per_seq, err) == 0,
-                  err);
     k25_spec *spec = NULL;
     if (a.spec_draft) {
         spec = spec_create(a.spec_draft, in.m, &in.w, &cfg, &d, &so, err);

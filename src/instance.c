@@ -42,9 +42,9 @@ static void drop_other_stages_tensors(k25_weights *w, const k25_config *cfg) {
 // run.kv_cache_mb: at most that many MiB of latent cache on a rank, as a serving engine's memory
 // budget; with fewer blocks than the sequences could use, requests wait for free ones. Every
 // stage indexes one block table, so the stage with the most layers sets the count.
-static int cache_cap(const k25_config *cfg, int mb, int layers, const k25_backend *be,
-                     k25_model_opts *mo, char *err) {
-    int kv_block = mo->kv_block > 0 ? mo->kv_block : cfg->kv_block;
+static int cache_cap(const k25_config *cfg, const k25_instance_opts *o, int layers,
+                     const k25_backend *be, k25_model_opts *mo, char *err) {
+    int mb = o->kv_cache_mb, kv_block = mo->kv_block > 0 ? mo->kv_block : cfg->kv_block;
     int values = cfg->kv_lora_rank + cfg->qk_rope_dim;
     size_t block = (size_t)layers * kv_block * values * be->kv_value_bytes;
     size_t fit = ((size_t)mb << 20) / block;
@@ -53,6 +53,9 @@ static int cache_cap(const k25_config *cfg, int mb, int layers, const k25_backen
                        "layers x %d tokens x %d values x %d bytes)", mb, block / 1048576.0,
                        layers, kv_block, values, be->kv_value_bytes);
     mo->max_blocks = fit < INT_MAX ? (int)fit : INT_MAX;
+    if (mo->max_blocks < o->min_blocks)
+        return k25_err(err, "run.kv_cache_mb=%d holds %d cache blocks of %d tokens; %s needs %d",
+                       mb, mo->max_blocks, kv_block, o->min_for, o->min_blocks);
     return 0;
 }
 
@@ -120,7 +123,7 @@ int instance_open(k25_instance *in, const k25_config *cfg, const k25_dist *d,
         in->be = backend_cpu_create(cfg, d, o->threads > 0 ? o->threads : cfg->threads);
     }
     k25_model_opts mo = o->model;
-    if (o->kv_cache_mb > 0 && cache_cap(cfg, o->kv_cache_mb, most_layers, in->be, &mo, err)) {
+    if (o->kv_cache_mb > 0 && cache_cap(cfg, o, most_layers, in->be, &mo, err)) {
         instance_close(in);
         return -1;
     }

@@ -19,8 +19,11 @@ typedef struct k25_instance_opts {
     const char *backend;     // "cpu" or "cuda"; NULL: cfg->backend
     int threads;             // CPU backend threads; 0: cfg->threads
     k25_model_opts model;
-    int kv_cache_mb;         // most MiB of latent cache on a rank (run.kv_cache_mb): caps
-                             // model.max_blocks; 0: none
+    int kv_cache_mb;         // most MiB of the model's latent cache on a rank (run.kv_cache_mb):
+                             // caps model.max_blocks; 0: none
+    int min_blocks;          // under that cap, the fewest blocks the run can work with, and
+    const char *min_for;     // what needs them ("the context of N tokens"): a cap below is
+                             // refused before the weights load
 } k25_instance_opts;
 
 #ifdef __cplusplus

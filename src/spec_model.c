@@ -19,7 +19,7 @@
 #include "spec_internal.h"
 
 typedef struct model_draft {
-    k25_config cfg;           // the draft's configuration (context sized for the drafts)
+    k25_config cfg;           // the draft's configuration (the target's context and run settings)
     k25_instance in;
     k25_kvcache kv;
     int K, V, R, max_seqs;

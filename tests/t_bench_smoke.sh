@@ -179,7 +179,7 @@ grep -q "cannot create /nonexistent/x.jsonl.tmp" <<<"$out" || fail "no message a
 # run.kv_cache_mb caps the cache: a tiny-model block of 16 tokens takes 4 layers x 16 x 40 values
 # x 4 bytes = 10 KiB, so 1 MiB holds 102 blocks where 8 requests of 256 + 16 tokens want 8 x 17.
 # Requests wait for blocks and all complete; a request that cannot fit alone, or a breakdown
-# whose whole batch cannot, is refused before the sweep.
+# whose whole batch cannot, is refused before the weights load.
 cap=(--config config/tiny.ini --synthetic 1 --no-warmup --set run.kv_block_size=16 --set run.kv_cache_mb=1)
 timeout 120 mpirun -np 2 "$bin" "${cap[@]}" --concurrency 8 --input-len 256 --output-len 16 \
     --profile-steps 0 --json "$tmp/cap.jsonl" >"$tmp/cap.out" 2>"$tmp/cap.err" || { cat "$tmp/cap.err"; fail "capped run"; }
@@ -189,10 +189,12 @@ python3 -c "import json, sys; o = json.loads(open(sys.argv[1]).readline())
 assert o['kv_cache_mb'] == 1 and o['completed'] == o['num_prompts'] == 40, o" "$tmp/cap.jsonl" || fail "capped run's JSON"
 out=$(timeout 120 mpirun -np 2 "$bin" "${cap[@]}" --concurrency 8 --input-len 256 --output-len 16 2>&1) \
     && fail "a breakdown past the cap accepted"
-grep -q "the breakdown decodes 8 sequences at once, which need 136" <<<"$out" || fail "no breakdown cap message: $out"
+grep -q "holds 102 cache blocks of 16 tokens; the breakdown, 8 sequences at once .*, needs 136" <<<"$out" ||
+    fail "no breakdown cap message: $out"
+grep -q "model ready" <<<"$out" && fail "the breakdown's cap refused after the load"
 out=$(timeout 120 mpirun -np 2 "$bin" "${cap[@]}" --concurrency 1 --input-len 2000 --output-len 8 \
       --profile-steps 0 --set run.ctx_size=2048 2>&1) && fail "a request past the cap accepted"
-grep -q "run.kv_cache_mb=1 holds 102 cache blocks of 16 tokens, a request needs 126" <<<"$out" ||
+grep -q "run.kv_cache_mb=1 holds 102 cache blocks of 16 tokens; a request of 2007 positions needs 126" <<<"$out" ||
     fail "no request cap message: $out"
 
 # run.sim_tp=2: one rank holds what rank 0 of a real 2-rank run holds (less than a whole model)
