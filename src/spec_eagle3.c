@@ -159,6 +159,18 @@ static void reuse(k25_tensor *dst, const k25_tensor *src) {
     dst->dev_bytes = 0;
 }
 
+// A tensor the head does not ship is the target's, which must then have the head's shape.
+static int target_unfit(const eagle *e, const char *name, int64_t D, int64_t rows, char *err) {
+    if (D != e->Dt)
+        return k25_err(err, "EAGLE-3 checkpoint %s: no %s, and the target's does not fit a hidden "
+                       "size of %lld (the target's is %d)", e->ck->dir, name, (long long)D, e->Dt);
+    if (rows != e->V)
+        return k25_err(err, "EAGLE-3 checkpoint %s: no %s, and the target's does not fit a draft "
+                       "vocabulary of %lld (the target's is %d)", e->ck->dir, name,
+                       (long long)rows, e->V);
+    return 0;
+}
+
 static int plan_weights(eagle *e, const spec_env *env, char *err) {
     const k25_config *c = &e->cfg;
     const k25_weights *tw = env->tw;
@@ -218,17 +230,13 @@ static int plan_weights(eagle *e, const spec_env *env, char *err) {
     int rc = eplan(&p, &w->embed, "embed_tokens.weight", e->V, D, 0, e->V, 0, D);
     if (rc < 0) return -1;
     if (rc == 1) {
-        if (D != e->Dt)
-            return k25_err(err, "EAGLE-3 checkpoint %s: no embed_tokens and a hidden size (%lld) "
-                                "other than the target's", e->ck->dir, (long long)D);
+        if (target_unfit(e, "embed_tokens.weight", D, e->V, err)) return -1;
         reuse(&w->embed, &tw->embed);
     }
     rc = eplan(&p, &w->final_norm, "norm.weight", 1, D, 0, 1, 0, D);
     if (rc < 0) return -1;
     if (rc == 1) {
-        if (D != e->Dt)
-            return k25_err(err, "EAGLE-3 checkpoint %s: no norm.weight and a hidden size (%lld) "
-                                "other than the target's (%d)", e->ck->dir, (long long)D, e->Dt);
+        if (target_unfit(e, "norm.weight", D, e->V, err)) return -1;
         reuse(&w->final_norm, &tw->final_norm);
     }
     if (c->tie_embeddings) {
@@ -242,8 +250,7 @@ static int plan_weights(eagle *e, const spec_env *env, char *err) {
         rc = eplan(&p, &w->lm_head, "lm_head.weight", e->Vd, D, r * Vl, Vl, 0, D);
         if (rc < 0) return -1;
         if (rc == 1) {
-            if (e->Vd != e->V || D != e->Dt)
-                return k25_err(err, "EAGLE-3 checkpoint %s: no lm_head.weight", e->ck->dir);
+            if (target_unfit(e, "lm_head.weight", D, e->Vd, err)) return -1;
             reuse(&w->lm_head, &tw->lm_head);
         }
     }
