@@ -27,6 +27,13 @@ static k25_seq_record rec(int n_prompt, const double *t, int n, k25_finish fin) 
     return r;
 }
 
+// The metrics of one request of 2 prompt tokens sent at t = 1000 ms, its tokens at t[0..n).
+static void one_request(const double *t, int n, k25_serve_metrics *m) {
+    k25_seq_record r = rec(2, t, n, K25_FINISH_LENGTH);
+    const k25_seq_record *p = &r;
+    serve_metrics(&p, 1, 1000, 1, m);
+}
+
 int main(void) {
     // numpy.percentile (linear): [1,2,3,4] -> p50 2.5, p99 3.97; 1..100 -> p99 99.01.
     double v4[] = {4, 1, 3, 2};
@@ -85,9 +92,7 @@ int main(void) {
 
     // A request with one output token has no TPOT and no ITL.
     double tx[] = {1005};
-    k25_seq_record rx = rec(2, tx, 1, K25_FINISH_LENGTH);
-    const k25_seq_record *px = &rx;
-    serve_metrics(&px, 1, 1000, 1, &m);
+    one_request(tx, 1, &m);
     NEAR(m.tpot_ms.n, 0);
     NEAR(m.itl_ms.n, 0);
     NEAR(m.ttft_ms.mean, 5);
@@ -96,9 +101,7 @@ int main(void) {
     // Speculative decoding hands out several tokens in one step, at one time: one chunk, so one
     // ITL entry (ITL is per chunk, not per token), while TPOT still divides by every token.
     double ts[] = {1010, 1020, 1020, 1020, 1030, 1030};
-    k25_seq_record rs = rec(2, ts, 6, K25_FINISH_LENGTH);
-    const k25_seq_record *ps = &rs;
-    serve_metrics(&ps, 1, 1000, 1, &m);
+    one_request(ts, 6, &m);
     NEAR(m.itl_ms.n, 2);
     NEAR(m.itl_ms.mean, 10);
     NEAR(m.itl_ms.median, 10);
