@@ -19,8 +19,12 @@ static int cmp_entry(const void *a, const void *b) {
     return strcmp(((const struct ckpt_entry *)a)->name, ((const struct ckpt_entry *)b)->name);
 }
 
+// A shard is a *.safetensors file of the directory itself: the files --verify lists and checks
+// (one in a subdirectory or of another suffix would load unchecked).
 static int bad_shard_name(const char *s) {
-    return !*s || s[0] == '/' || strstr(s, "..") != NULL;
+    size_t n = strlen(s), x = strlen(".safetensors");
+    return n <= x || strcmp(s + n - x, ".safetensors") || strchr(s, '/') ||
+           strstr(s, "..") != NULL;
 }
 
 // Parses the index into ck->index and the sorted unique ck->shard_names.
@@ -43,8 +47,9 @@ static int read_index(k25_checkpoint *ck, const char *path, char *err) {
     const cJSON *e;
     cJSON_ArrayForEach(e, wm) {
         if (!cJSON_IsString(e) || bad_shard_name(e->valuestring)) {
-            rc = k25_err(err, "%s: weight_map entry '%.200s' is not a shard file name in the "
-                         "directory", path, e->string);
+            rc = k25_err(err, "%s: weight_map entry '%.200s': '%.200s' is not a shard file name "
+                         "in the directory (*.safetensors)", path, e->string,
+                         cJSON_IsString(e) ? e->valuestring : "(not a string)");
             break;
         }
         ck->index[ck->n_index].name = k25_strdup(e->string);

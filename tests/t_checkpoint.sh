@@ -109,6 +109,17 @@ t="$P.3.self_attn.q_a_layernorm.weight"
 sed -i "s/\"$t\"/\"${t}X\"/" "$d/model.safetensors.index.json"
 expect load "$d" "tensor missing from the index" "model.layers.3.self_attn.q_a_layernorm.weight" "not found"
 
+# A weight_map shard in a subdirectory or of another suffix is refused: --verify lists the
+# directory's *.safetensors files only, so the loader read it unchecked (a changed byte passed).
+d=$(copy subdir)
+mkdir "$d/s" && mv "$d/$S2" "$d/s/"
+sed -i "s#\"$S2\"#\"s/$S2\"#" "$d/model.safetensors.index.json"
+expect load "$d" "shard in a subdirectory" "'s/$S2' is not a shard file name"
+d=$(copy suffix)
+mv "$d/$S2" "$d/model-00002.bin"
+sed -i "s#\"$S2\"#\"model-00002.bin\"#" "$d/model.safetensors.index.json"
+expect load "$d" "shard of another suffix" "'model-00002.bin' is not a shard file name"
+
 d=$(copy packed)
 t="$P.2.mlp.experts.7.down_proj.weight_packed"
 f=$(shard_of "$d" "$t")
