@@ -151,12 +151,19 @@ static void manifest_free(manifest_line *m, int n) {
 static int read_manifest(const char *dir, manifest_line **out, int *n_out, char *err) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, VERIFY_MANIFEST);
-    FILE *f = fopen(path, "r");
-    if (!f) {
+    // O_NONBLOCK: a named pipe in the manifest's place would block the open until a writer came
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
         if (errno == ENOENT)
             return k25_err(err, "%s: no checksum manifest to verify against; create one from a "
                            "good copy with `k25-mkckpt --manifest %s`", path, dir);
         return k25_err(err, "%s: cannot open: %s", path, strerror(errno));
+    }
+    struct stat st;
+    FILE *f = NULL;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || !(f = fdopen(fd, "r"))) {
+        close(fd);
+        return k25_err(err, "%s: not a regular file", path);
     }
     manifest_line *m = NULL;
     int n = 0, cap = 0, line = 0, rc = 0;

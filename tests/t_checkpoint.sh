@@ -262,6 +262,21 @@ else
     echo "ok   a named pipe as a shard (load): $out"
 fi
 
+# A named pipe or a directory in the manifest's place is refused (the open of the pipe waited for
+# a writer: --verify hung; a directory read as an empty manifest).
+for kind in fifo dir; do
+    d=$(copy "manifest$kind")
+    rm "$d/k25-manifest.crc32"
+    if [ $kind = fifo ]; then mkfifo "$d/k25-manifest.crc32"; else mkdir "$d/k25-manifest.crc32"; fi
+    out=$(timeout 30 "$TW" --verify "$d" 2>&1)
+    rc=$?
+    if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -qF -- "k25-manifest.crc32: not a regular file" <<<"$out"; then
+        fail "a $kind as the manifest (verify): exit $rc: $out"
+    else
+        echo "ok   a $kind as the manifest (verify): $out"
+    fi
+done
+
 d=$(copy noindex)
 rm "$d/model.safetensors.index.json"
 expect load "$d" "no index" "model.safetensors.index.json"
