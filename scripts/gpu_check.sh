@@ -10,6 +10,7 @@
 #   K25_GPU_ONLY=REGEX ...          # only the test checks whose names match
 #   K25_NO_BUILD=1 BUILD=dir ...    # use binaries already built in dir (and ./k25dec)
 #   K25_QUICK=1 ...                 # shorter benchmark sweeps
+# Exits non-zero when a step of the summary failed.
 # NVLink multicast stays off: NCCL_NVLS_ENABLE is left as the environment sets it.
 set -u
 cd "$(dirname "$0")/.."
@@ -24,7 +25,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 quick=(); [ -n "${K25_QUICK:-}" ] && quick=(--quick)
 t0=$(date +%s)
 declare -a SUMMARY
-note() { SUMMARY+=("$1"); }
+status=0
+note() { SUMMARY+=("$1"); case $1 in *"| FAIL"*) status=1 ;; esac; }
 
 echo "# ---- machine ----"
 date -u
@@ -109,3 +111,4 @@ if a:
         if r["M"] in (1, 8, 256):
             print(f"| {r['ranks']} | {r['M']} | {r['dtype']} | {r['us']:.1f} | {r['graph_us']:.1f} | {r['wrong']} |")
 PY
+exit $status
