@@ -50,6 +50,14 @@ bench() { # bench NAME NP ARGS...: one k25bench run, table to NAME.md, progress 
     grep -E '^\| +[0-9]' "$OUT/$name.md" | cut -d'|' -f2,7,10,13,16 | head -40
 }
 
+# eagle DIR ARGS...: a synthetic EAGLE-3 head written afresh (k25-mkeagle refuses a directory
+# holding one: a second job on the machine benchmarked the head an earlier run had left there)
+eagle() {
+    local dir=$1; shift
+    rm -rf "$dir"
+    ./k25-mkeagle "$@" --out "$dir" 2>>"$OUT/bench.log" || echo "k25-mkeagle failed"
+}
+
 for job in "$@"; do
     case $job in
     pipeline)
@@ -63,9 +71,8 @@ for job in "$@"; do
     spec)
         # aux layers 0, 1, 2: the published heads read early, middle and late layers (2, L/2,
         # L-3 of 61); with 4 target layers these are the first three
-        ./k25-mkeagle --config config/kimi_k25.ini --set model.num_hidden_layers=4 --synthetic 5 \
-            --intermediate 12288 --aux-layers 0,1,2 --out /tmp/k25-eagle-kimi 2>>"$OUT/bench.log" ||
-            echo "k25-mkeagle failed"
+        eagle /tmp/k25-eagle-kimi --config config/kimi_k25.ini --set model.num_hidden_layers=4 \
+            --synthetic 5 --intermediate 12288 --aux-layers 0,1,2
         S=(--set model.num_hidden_layers=4 --set run.ctx_size=2048 --input-len 256 --output-len 64
            --spec-draft eagle3:/tmp/k25-eagle-kimi --spec-k 3 --profile-steps 0)
         bench spec-k4-h200x2-tp2 2 "${KIMI[@]}" "${S[@]}" --concurrency 1,4,16,64 \
@@ -148,9 +155,8 @@ PY
             bench tp8sim-k61-h200x$n-uni-256 $n "${KIMI[@]}" "${T[@]}" --input-len 256 \
                 --output-len 64 --concurrency 32,64,128,256 --profile-steps 3 ;; esac
         case $job in x4|x4-spec)
-            ./k25-mkeagle --config config/kimi_k25.ini --synthetic 5 --intermediate 12288 \
-                --aux-layers 2,30,58 --out /tmp/k25-eagle-k61 2>>"$OUT/bench.log" ||
-                echo "k25-mkeagle failed"
+            eagle /tmp/k25-eagle-k61 --config config/kimi_k25.ini --synthetic 5 \
+                --intermediate 12288 --aux-layers 2,30,58
             bench spec-tp8sim-k61-h200x4-uni 4 "${KIMI[@]}" "${T[@]}" --input-len 1024 \
                 --output-len 128 --concurrency 1,16 --spec-draft eagle3:/tmp/k25-eagle-k61 \
                 --spec-k 3 --spec-accept 0.7,0.8 --profile-steps 0 ;; esac
@@ -167,9 +173,8 @@ PY
             bench k61-h200x8-tp8-uni-high 8 "${KIMI[@]}" "${X[@]}" --concurrency 32,64,128,256 \
                 --profile-steps 3 ;; esac
         case $job in x8|x8-spec)
-            ./k25-mkeagle --config config/kimi_k25.ini --synthetic 5 --intermediate 12288 \
-                --aux-layers 2,30,58 --out /tmp/k25-eagle-k61 2>>"$OUT/bench.log" ||
-                echo "k25-mkeagle failed"
+            eagle /tmp/k25-eagle-k61 --config config/kimi_k25.ini --synthetic 5 \
+                --intermediate 12288 --aux-layers 2,30,58
             bench spec-k61-h200x8-tp8-uni 8 "${KIMI[@]}" "${X[@]}" --concurrency 1,4,16,64,256 \
                 --spec-draft eagle3:/tmp/k25-eagle-k61 --spec-k 3 --spec-accept 0.7,0.8 \
                 --profile-steps 0 ;; esac
