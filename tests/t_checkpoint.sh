@@ -204,6 +204,7 @@ refused "$MK" "error: missing --out DIR" --config config/tiny.ini --synthetic 5
 refused "$MK" "error: --single writes one file: it takes no --shards" --config config/tiny.ini \
     --synthetic 5 --single --shards 2 --out "$tmp/parent/x"
 refused "$MK" "error: --manifest DIR takes no other option" --manifest "$good" --out "$tmp/parent/x"
+refused "$MK" "error: --manifest: the path is empty" --manifest ""
 refused "$MK" "error: --config: the path is empty" --config "" --synthetic 5 --out "$tmp/parent/x"
 refused "$MK" "error: --out: the path is empty" --config config/tiny.ini --synthetic 5 --out ""
 refused "$EG" "error: give one of --config FILE.ini and --model DIR" --synthetic 5 --out "$tmp/parent/x"

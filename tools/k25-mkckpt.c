@@ -401,6 +401,7 @@ int main(int argc, char **argv) {
     }
     const char *wrong = NULL;
     if (manifest && argc != 3) wrong = "--manifest DIR takes no other option";
+    else if (manifest && !*manifest) wrong = "--manifest: the path is empty";
     else if (manifest) {
         if (verify_write_manifest(manifest, err)) K25_DIE("%s", err);
         fprintf(stderr, "k25-mkckpt: wrote %s/%s\n", manifest, VERIFY_MANIFEST);
