@@ -2,10 +2,12 @@
 #include "common.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <mpi.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -140,6 +142,26 @@ int k25_parse_seed(const char *s, uint64_t *out) {
     if (errno || *end) return -1;
     *out = (uint64_t)v;
     return 0;
+}
+
+int k25_open_regular(const char *path, size_t *size, char *err) {
+    // O_NONBLOCK: the open of a named pipe would wait for a writer, before the check could refuse it
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        int e = errno;
+        k25_err(err, "%s: cannot open: %s", path, strerror(e));
+        errno = e;
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        k25_err(err, "%s: not a regular file", path);
+        errno = 0; // not the open's: a caller that tells a missing file by errno sees none
+        return -1;
+    }
+    if (size) *size = (size_t)st.st_size;
+    return fd;
 }
 
 char *k25_read_file(const char *path, size_t *len, char *err) {

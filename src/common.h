@@ -62,6 +62,10 @@ int k25_is_one_of(const char *s, const char *const *list);
 // Flushes f: -1 with err naming `what` and the reason when that or an earlier write to f failed
 // (a full disk, a closed pipe), so that a program never reports success over lost output.
 int k25_flush_check(FILE *f, const char *what, char *err);
+// Opens PATH for reading when it is a regular file (its size in *size when given): the file
+// descriptor, or -1 with err set ("PATH: cannot open: ...", with the open's errno kept, or
+// "PATH: not a regular file", errno 0). A named pipe in its place is refused, not waited on.
+int k25_open_regular(const char *path, size_t *size, char *err);
 // A whole file in a NUL-terminated buffer (*len, when given, without the NUL), to free; NULL
 // with err set ("PATH: cannot open: ..." or "PATH: read error: ...") when it cannot be read.
 char *k25_read_file(const char *path, size_t *len, char *err);

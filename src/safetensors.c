@@ -3,11 +3,9 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "weights.h"
@@ -256,21 +254,9 @@ int st_parse_buffer(st_file *f, const char *fname, const uint8_t *buf, size_t le
 
 int st_open(st_file *f, const char *path, char *err) {
     memset(f, 0, sizeof *f);
-    // O_NONBLOCK: a named pipe in a shard's place would block the open until a writer came,
-    // before the check below could refuse it
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return k25_err(err, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return k25_err(err, "%s: cannot stat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return k25_err(err, "%s: not a regular file", path);
-    }
-    size_t size = (size_t)st.st_size;
+    size_t size;
+    int fd = k25_open_regular(path, &size, err);
+    if (fd < 0) return -1;
     if (size < 8) {
         close(fd);
         return k25_err(err, "%s: %zu bytes, too short for a safetensors file (truncated?)", path,

@@ -151,19 +151,15 @@ static void manifest_free(manifest_line *m, int n) {
 static int read_manifest(const char *dir, manifest_line **out, int *n_out, char *err) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", dir, VERIFY_MANIFEST);
-    // O_NONBLOCK: a named pipe in the manifest's place would block the open until a writer came
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) {
-        if (errno == ENOENT)
-            return k25_err(err, "%s: no checksum manifest to verify against; create one from a "
-                           "good copy with `k25-mkckpt --manifest %s`", path, dir);
-        return k25_err(err, "%s: cannot open: %s", path, strerror(errno));
-    }
-    struct stat st;
-    FILE *f = NULL;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || !(f = fdopen(fd, "r"))) {
+    int fd = k25_open_regular(path, NULL, err);
+    if (fd < 0 && errno == ENOENT)
+        return k25_err(err, "%s: no checksum manifest to verify against; create one from a good "
+                       "copy with `k25-mkckpt --manifest %s`", path, dir);
+    if (fd < 0) return -1;
+    FILE *f = fdopen(fd, "r");
+    if (!f) {
         close(fd);
-        return k25_err(err, "%s: not a regular file", path);
+        return k25_err(err, "%s: cannot open: %s", path, strerror(errno));
     }
     manifest_line *m = NULL;
     int n = 0, cap = 0, line = 0, rc = 0;
