@@ -115,13 +115,15 @@ PY
         # two builds side by side: $BASE ("base") and $NEW ("new", default ./k25bench)
         # alternated REPS times, each the decode step of one TP8 rank's share under uniform
         # routing (decode alone: the served graph replay), LOW rows at 1K context and HIGH rows
-        # at 256; then their table
+        # at 256 (either set empty: none); then their table. BASE and NEW may be scripts that
+        # run one k25bench with a knob set (K25_*=... exec k25bench "$@")
         [ -n "${BASE:-}" ] || { echo "ab: BASE=path/to/the/other/k25bench is not set"; exit 2; }
         T=(--set run.sim_tp=8 --set run.ctx_size=4096 --set run.uniform_routing=1 --profile-only
            --output-len 64)
         for rep in $(seq 1 "${REPS:-2}"); do for v in base new; do
-            for part in "1k 1024 ${LOW:-1,2,8,16}" "256 256 ${HIGH:-16,64,256}"; do
+            for part in "1k 1024 ${LOW-1,2,8,16}" "256 256 ${HIGH-16,64,256}"; do
                 read -r ctx len conc <<<"$part"
+                [ -n "${conc:-}" ] || continue
                 K25BENCH=$([ "$v" = base ] && echo "$BASE" || echo "${NEW:-./k25bench}") \
                     bench "tp8sim-k61-h200x1-$ctx-profile-${NAME:-ab}-uni-$v-$rep" 1 "${KIMI[@]}" \
                     "${T[@]}" --input-len "$len" --concurrency "$conc"

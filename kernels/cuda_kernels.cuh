@@ -189,7 +189,7 @@ void k25k_moe_combine(const float *part, const int *n_splits, int A, int D, cons
 
 // ---- router.cu ----
 // Top-k of the router's logits into idx / wts. With sort != NULL and every row in one block of
-// the warp kernel (T <= 4), the same launch ends with the routing sort of the choices
+// the warp kernel (T <= 16), the same launch ends with the routing sort of the choices
 // (k25k_moe_sort's work, into sort->r for experts of sort->I x sort->D); returns 1 then, 0 when
 // the caller still has to sort.
 typedef struct k25k_route_sort {
