@@ -89,6 +89,17 @@ int instance_open(k25_instance *in, const k25_config *cfg, const k25_dist *d,
     for (int s = 0; !rc && s < stages; s++)
         if (first[s + 1] - first[s] > most_layers) most_layers = first[s + 1] - first[s];
     free(first);
+    // The block tables index sequence slots x blocks a slot in int (a larger product left the
+    // backend's copy unallocated, and the first step crashed)
+    const int64_t entries = model_table_entries(cfg, &o->model);
+    if (!rc && entries > INT_MAX) {
+        const int kv_block = o->model.kv_block > 0 ? o->model.kv_block : cfg->kv_block;
+        rc = k25_err(err, "run.ctx_size=%d in cache blocks of %d tokens (run.kv_block_size) for "
+                     "%d sequences makes a block table of %lld entries, more than %d: raise "
+                     "run.kv_block_size, or lower run.ctx_size or the concurrency", cfg->ctx_size,
+                     kv_block, o->model.max_seqs > 0 ? o->model.max_seqs : 1,
+                     (long long)entries, INT_MAX);
+    }
     // run.sim_tp (benchmarks only): TP rank r holds slice r of a sim_tp-way split, so fewer GPUs
     // than sim_tp time one rank's share of the larger run, all-reduces across the real ranks
     int w_rank = d->tp_rank, w_size = d->tp_size;

@@ -18,6 +18,7 @@
 // from it to every rank, so every rank's caller stays in lockstep.
 #include "model.h"
 
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 
@@ -102,6 +103,12 @@ static void share_stage_layout(k25_model *m) {
     m->last_stage = m->w->layer_end == L;
 }
 
+int64_t model_table_entries(const k25_config *cfg, const k25_model_opts *opts) {
+    const int64_t seqs = opts->max_seqs > 0 ? opts->max_seqs : 1;
+    const int64_t kv_block = opts->kv_block > 0 ? opts->kv_block : cfg->kv_block;
+    return seqs * ((cfg->ctx_size + kv_block - 1) / kv_block);
+}
+
 k25_model *model_create(const k25_config *cfg, k25_weights *w, k25_backend *be,
                         const k25_dist *dist, const k25_model_opts *opts) {
     k25_model *m = k25_calloc(1, sizeof *m);
@@ -113,8 +120,10 @@ k25_model *model_create(const k25_config *cfg, k25_weights *w, k25_backend *be,
     if (m->opts.max_seqs <= 0) m->opts.max_seqs = 1;
     if (m->opts.max_rows <= 0) m->opts.max_rows = cfg->prefill_chunk;
     if (m->opts.kv_block <= 0) m->opts.kv_block = cfg->kv_block;
-    int per_seq = (cfg->ctx_size + m->opts.kv_block - 1) / m->opts.kv_block;
-    m->n_blocks = m->opts.n_blocks > 0 ? m->opts.n_blocks : m->opts.max_seqs * per_seq;
+    const int64_t entries = model_table_entries(cfg, &m->opts);
+    if (entries > INT_MAX)
+        K25_DIE("model: a block table of %lld entries exceeds %d", (long long)entries, INT_MAX);
+    m->n_blocks = m->opts.n_blocks > 0 ? m->opts.n_blocks : (int)entries;
     if (m->opts.max_blocks > 0 && m->n_blocks > m->opts.max_blocks) {
         k25_log("model: %d cache blocks of %d tokens, capped from %d\n", m->opts.max_blocks,
                 m->opts.kv_block, m->n_blocks);

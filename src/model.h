@@ -26,6 +26,11 @@ extern "C" {
 k25_model *model_create(const k25_config *cfg, k25_weights *w, k25_backend *be,
                         const k25_dist *dist, const k25_model_opts *opts);
 void model_free(k25_model *m);
+// Entries of a block table that maps every sequence slot's whole context (slots x blocks a
+// slot, with model_create's defaults); also the cache blocks model_create allocates when
+// opts->n_blocks is 0, before run.kv_cache_mb's cap. The block tables are indexed in int:
+// instance_open refuses more than INT_MAX before the weights load.
+int64_t model_table_entries(const k25_config *cfg, const k25_model_opts *opts);
 int model_n_blocks(const k25_model *m);
 // The options the model was made with, defaults filled in.
 const k25_model_opts *model_opts_of(const k25_model *m);

@@ -167,6 +167,16 @@ out=$(timeout 60 "$bin" --config config/tiny.ini --synthetic 1 --input-len 4094 
     && fail "4094 + the breakdown's 9 tokens accepted"
 grep -q "input 4094 + output 9 tokens (the breakdown's decode steps) exceed" <<<"$out" ||
     fail "no message naming the breakdown: $out"
+# A block table of every sequence slot's whole context past int (128 x 2^24 one-token blocks)
+# was left unallocated and the first step crashed; it is refused before the load.
+big=(--set run.ctx_size=16777216 --set model.max_position_embeddings=16777216
+     --set run.kv_block_size=1)
+out=$(timeout 60 mpirun -np 2 "$bin" --config config/tiny.ini --synthetic 1 "${big[@]}" \
+      --concurrency 128 --input-len 4 --output-len 2 --profile-only 2>&1) &&
+    fail "a block table of 2^31 entries accepted"
+grep -q "for 128 sequences makes a block table of 2147483648 entries, more than 2147483647" \
+    <<<"$out" || fail "no block table message: $out"
+grep -q "model ready" <<<"$out" && fail "the block table refused after the load"
 # An unknown word is named as unknown, also as the last argument; a known flag there lacks its value.
 out=$(timeout 60 "$bin" --config config/tiny.ini --synthetic 1 --bogus 2>&1) && fail "--bogus accepted"
 grep -q "unknown option '--bogus'" <<<"$out" || fail "no 'unknown option' message: $out"
