@@ -311,7 +311,7 @@ int cli_parse(int argc, char **argv, k25_cli *o, char *err) {
         case F_TOPP: rc = parse_float(name, val, 0, 1, 1, &o->top_p, err); o->has_top_p = 1; break;
         case F_SEED: rc = parse_int(name, val, 0, INT_MAX, &o->seed, err); o->has_seed = 1; break;
         case F_CTX: rc = parse_int(name, val, 1, INT_MAX, &o->ctx_size, err); o->has_ctx_size = 1; break;
-        case F_THREADS: rc = parse_int(name, val, 0, 4096, &o->threads, err); o->has_threads = 1; break;
+        case F_THREADS: rc = parse_int(name, val, 0, K25_CFG_THREADS_MAX, &o->threads, err); o->has_threads = 1; break;
         case F_PP: rc = parse_int(name, val, 1, 4096, &o->pp, err); o->has_pp = 1; break;
         case F_BACKEND:
             if (strcmp(val, "cpu") && strcmp(val, "cuda"))

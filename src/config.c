@@ -184,6 +184,7 @@ typedef struct ini_ctx {
     const char *name;
     const char *text;
     size_t len, pos;
+    size_t line_start;  // offset of the line last handed to inih
     int line;      // line last handed to inih (1-based)
     int err_line;  // first line with an error we diagnosed, 0 if none
     char err[K25_ERR_LEN];
@@ -207,6 +208,7 @@ static char *ini_read_line(char *str, int num, void *stream) {
     const char *start = x->text + x->pos;
     const char *nl = memchr(start, '\n', x->len - x->pos);
     size_t linelen = nl ? (size_t)(nl - start) + 1 : x->len - x->pos;
+    x->line_start = x->pos;
     x->pos += linelen;
     x->line++;
     size_t copy = linelen;
@@ -222,10 +224,28 @@ static char *ini_read_line(char *str, int num, void *stream) {
     return str;
 }
 
+// inih reads an indented line that follows a key as more of that key's value and hands it
+// over as a second value of the same key, which would replace the first one ("eos_token_ids =
+// 1,2" then "   3" sets the list to 3). Such a line does not start with the key's name.
+static int ini_is_continuation(const ini_ctx *x, const char *name) {
+    const char *p = x->text + x->line_start;
+    while (*p != '\n' && isspace((unsigned char)*p)) p++;
+    size_t n = strlen(name);
+    if (strncmp(p, name, n)) return 1;
+    for (p += n; *p != '\n' && isspace((unsigned char)*p);) p++;
+    return *p != '=' && *p != ':';
+}
+
 static int ini_on_key(void *user, const char *section, const char *name, const char *value) {
     ini_ctx *x = user;
     if (!*section) {
         ini_fail(x, "key '%s' is outside of any [section]", name);
+        return 0;
+    }
+    if (ini_is_continuation(x, name)) {
+        ini_fail(x, "indented line would continue the value of key '%s.%s': not supported "
+                    "(start each 'key = value' at the beginning of a line, the whole value on it)",
+                 section, name);
         return 0;
     }
     const cfg_key *k = find_key(section, name);
@@ -274,12 +294,15 @@ int config_load_ini(k25_config *c, const char *path, char *err) {
 // --set section.key=value
 // ------------------------------------------------------------------------------------------
 
-static void trim_copy(char *dst, size_t cap, const char *s, size_t n) {
+// Returns -1 (dst unset) when the trimmed text does not fit: a cut value could still parse,
+// as another number.
+static int trim_copy(char *dst, size_t cap, const char *s, size_t n) {
     while (n && isspace((unsigned char)*s)) s++, n--;
     while (n && isspace((unsigned char)s[n - 1])) n--;
-    if (n >= cap) n = cap - 1;
+    if (n >= cap) return -1;
     memcpy(dst, s, n);
     dst[n] = 0;
+    return 0;
 }
 
 int config_set(k25_config *c, const char *assignment, char *err) {
@@ -289,9 +312,12 @@ int config_set(k25_config *c, const char *assignment, char *err) {
         return k25_err(err, "--set '%s': expected section.key=value (e.g. run.temp=0.7)",
                        assignment);
     char section[64], key[128], value[K25_CFG_STR_LEN + 64];
-    trim_copy(section, sizeof section, assignment, (size_t)(dot - assignment));
-    trim_copy(key, sizeof key, dot + 1, (size_t)(eq - dot - 1));
-    trim_copy(value, sizeof value, eq + 1, strlen(eq + 1));
+    if (trim_copy(section, sizeof section, assignment, (size_t)(dot - assignment)) ||
+        trim_copy(key, sizeof key, dot + 1, (size_t)(eq - dot - 1)))
+        return k25_err(err, "--set '%.*s': no such key", (int)(eq - assignment), assignment);
+    if (trim_copy(value, sizeof value, eq + 1, strlen(eq + 1)))
+        return k25_err(err, "--set '%.*s=...': value longer than %d characters",
+                       (int)(eq - assignment), assignment, (int)sizeof value - 1);
     const cfg_key *k = find_key(section, key);
     if (!k) {
         if (section_known(section))
@@ -745,6 +771,9 @@ int config_validate(const k25_config *c, char *err) {
         if (nonneg[i].v < 0)
             return k25_err(err, "%s must not be negative (is %d)", nonneg[i].key, nonneg[i].v);
     if (c->pp_async > 1) return k25_err(err, "run.pp_async is 0 or 1 (is %d)", c->pp_async);
+    if (c->threads > K25_CFG_THREADS_MAX)
+        return k25_err(err, "run.threads = %d is too large (at most %d)", c->threads,
+                       K25_CFG_THREADS_MAX);
     struct { const char *key; float v; } fpos[] = {
         {"model.routed_scaling_factor", c->routed_scale},
         {"model.rms_norm_eps", c->norm_eps},
@@ -802,6 +831,9 @@ int config_validate(const k25_config *c, char *err) {
                            "rope.mscale (%g) and rope.mscale_all_dim (%g) give a cos/sin scale "
                            "of %g: not supported (they must give 1)",
                            c->yarn_mscale, c->yarn_mscale_all_dim, s);
+        // The correction range divides by log(rope_theta): 1 makes every frequency NaN.
+        if (c->rope_theta == 1)
+            return k25_err(err, "rope.rope_theta must not be 1 with rope.type = yarn");
     } else if (strcmp(c->rope_type, "none")) {
         return k25_err(err, "rope.type \"%s\" is not supported (yarn or none)", c->rope_type);
     }
@@ -858,11 +890,12 @@ int config_check_tp(const k25_config *c, int tp, char *err) {
         return k25_err(err, "%d ranks cannot split %d attention heads evenly "
                        "(num_attention_heads=%d)", tp, c->n_heads, c->n_heads);
     if (c->experts_int4) {
-        if (c->moe_inter % (tp * c->quant_group))
+        int64_t span = (int64_t)tp * c->quant_group;  // overflows int for large tp and groups
+        if (c->moe_inter % span)
             return k25_err(err,
                            "%d ranks cannot split the expert width %d into whole INT4 groups of "
-                           "%d (moe_intermediate_size=%d must be a multiple of tp*group_size=%d)",
-                           tp, c->moe_inter, c->quant_group, c->moe_inter, tp * c->quant_group);
+                           "%d (moe_intermediate_size=%d must be a multiple of tp*group_size=%lld)",
+                           tp, c->moe_inter, c->quant_group, c->moe_inter, (long long)span);
     } else if (c->moe_inter % tp) {
         return k25_err(err, "%d ranks cannot split the expert width evenly "
                        "(moe_intermediate_size=%d)", tp, c->moe_inter);

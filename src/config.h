@@ -6,6 +6,9 @@
 
 #define K25_CFG_STR_LEN 256
 #define K25_CFG_INTS_MAX 8
+// run.threads and --threads: far above any node's cores; a larger count fails inside the OpenMP
+// runtime (a crash or an abort naming no setting) rather than here.
+#define K25_CFG_THREADS_MAX 4096
 
 typedef struct k25_config {
 #define K25_CFG_INT(f) int f;

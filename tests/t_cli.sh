@@ -64,6 +64,15 @@ expect_fail 3 '3 ranks cannot split 8 attention heads' -p hi
 expect_fail 2 'add --synthetic SEED' --config config/tiny.ini -p hi
 expect_fail 2 'cannot open' --config /nonexistent.ini --synthetic 1 -p hi
 expect_fail 2 'model.no_such_key' --set model.no_such_key=1 -p hi
+# run.threads beyond what --threads takes crashed in the OpenMP runtime (SIGSEGV, or an abort
+# naming no setting); rope_theta 1 under YaRN made every logit NaN.
+expect_fail 2 'run.threads = 100000 is too large' --set run.threads=100000 -p hi -n 2
+expect_fail 2 'rope.rope_theta must not be 1' --set rope.rope_theta=1 -p hi -n 2
+# An indented line after a key is inih's continuation of that key's value: the EOS list of
+# the tiny model silently became [258].
+sed '/^eos_token_ids/a\    258' config/tiny.ini > "$tmp/cont.ini"
+expect_fail 2 "indented line would continue the value of key 'tokens.eos_token_ids'" \
+    --config "$tmp/cont.ini" --synthetic 1 -p hi -n 2
 expect_fail 2 'cannot create /nonexistent/x.bin.tmp' -p hi -n 2 --dump-logits /nonexistent/x.bin
 expect_fail 2 '--think needs --chat' -p hi --think off
 expect_fail 2 '--tokenizer-pattern needs a tokenizer' -p hi --tokenizer-pattern '('

@@ -252,6 +252,11 @@ static void test_bad_ini(void) {
     char longl[400];
     snprintf(longl, sizeof longl, "[run]\nbackend = %0300d\nseed = 1\n", 0);
     expect_ini_error(longl, ":2:", "longer", NULL);
+    // inih reads an indented line after a key as another value of that key: the list became
+    // [300], and an indented key was parsed as the previous key's value.
+    expect_ini_error("[tokens]\neos_token_ids = 257\n   300\n", ":3:", "tokens.eos_token_ids",
+                     "indented");
+    expect_ini_error("[run]\n  seed = 5\n  n_predict = 7\n", ":3:", "run.seed", "indented");
 
     k25_config c;
     char err[K25_ERR_LEN];
@@ -266,6 +271,13 @@ static void test_bad_ini(void) {
               0,
           "%s", err);
     CHECK(c.seed == 17, "seed");
+    // Indented keys are keys where inih reads them so: first in a section, even after a
+    // blank line or a comment; so is 'key: value'.
+    CHECK(config_load_ini_string(&c, "[run]\n\t seed = 18\n[run]\n\n ; x\n  n_predict: 9\n",
+                                 "indent.ini", err) == 0,
+          "%s", err);
+    CHECK(c.seed == 18 && c.n_predict == 9, "indented keys: seed %d n_predict %d", c.seed,
+          c.n_predict);
 
     // --set
     CHECK(config_set(&c, "run.temp = 0.7", err) == 0 && c.temp == 0.7f, "--set temp: %s", err);
@@ -278,6 +290,11 @@ static void test_bad_ini(void) {
     CHECK(config_set(&c, "hidden_size=1", err) != 0 && strstr(err, "section.key=value"), "%s",
           err);
     CHECK(config_set(&c, "run.seed", err) != 0, "no value");
+    // A value longer than the buffer was cut, and the cut text could parse as another number.
+    char longv[400];
+    snprintf(longv, sizeof longv, "run.n_predict=%0330d5", 0);
+    CHECK(config_set(&c, longv, err) != 0 && has_all(err, "run.n_predict", "longer", NULL),
+          "--set long value: %s", err);
 }
 
 // ------------------------------------------------------------------------------------------
@@ -591,6 +608,10 @@ static void test_validate(void) {
     expect_invalid("config/tiny.ini", "rope.mscale=0.707", NULL, "mscale");
     expect_invalid("config/tiny.ini", "run.seed=-1", NULL, "run.seed must not be negative");
     expect_invalid("config/tiny.ini", "run.pp_async=7", NULL, "run.pp_async is 0 or 1");
+    // More threads than --threads takes crashed inside the OpenMP runtime.
+    expect_invalid("config/tiny.ini", "run.threads=4097", NULL, "run.threads");
+    // YaRN divides by log(rope_theta): theta 1 made every frequency, and so every logit, NaN.
+    expect_invalid("config/tiny.ini", "rope.rope_theta=1", NULL, "rope.rope_theta");
 
     // BF16 experts lift the group constraints; no rope scaling is fine.
     k25_config c;
@@ -600,6 +621,8 @@ static void test_validate(void) {
     CHECK(config_set(&c, "quant.experts_int4=false", err) == 0, "%s", err);
     CHECK(config_set(&c, "model.hidden_size=144", err) == 0, "%s", err);
     CHECK(config_set(&c, "rope.type=none", err) == 0, "%s", err);
+    CHECK(config_set(&c, "rope.rope_theta=1", err) == 0, "%s", err);
+    CHECK(config_set(&c, "run.threads=4096", err) == 0, "%s", err);
     CHECK(config_validate(&c, err) == 0, "bf16 tiny: %s", err);
 }
 
@@ -635,6 +658,17 @@ static void test_check_tp(void) {
     CHECK(config_set(&c, "model.intermediate_size=192", err) == 0, "%s", err);
     CHECK(config_set(&c, "model.moe_intermediate_size=100", err) == 0, "%s", err);
     CHECK(config_check_tp(&c, 3, err) != 0 && strstr(err, "moe_intermediate_size=100"), "%s", err);
+
+    // tp x group_size past INT_MAX (2^16 x 2^16 wrapped to 0: a division by zero).
+    const char *big[] = {"model.num_attention_heads=65536", "quant.group_size=65536",
+                         "model.hidden_size=65536", "model.moe_intermediate_size=65536",
+                         "model.intermediate_size=65536", "model.vocab_size=65536"};
+    load_or_die(&c, "config/tiny.ini");
+    for (size_t i = 0; i < sizeof big / sizeof big[0]; i++)
+        CHECK(config_set(&c, big[i], err) == 0, "%s", err);
+    CHECK(config_validate(&c, err) == 0, "%s", err);
+    CHECK(config_check_tp(&c, 65536, err) != 0 && strstr(err, "tp*group_size=4294967296"),
+          "tp x group overflow: %s", err);
 }
 
 // ------------------------------------------------------------------------------------------
