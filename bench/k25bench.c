@@ -1290,20 +1290,24 @@ int main(int argc, char **argv) {
     // ---- model: slots and rows for the largest level, cache for all its sequences ----
     int kvb = cfg.kv_block;
     int per_seq = (in_hi + out_need - 1 + kvb - 1) / kvb;
+    // Past int, instance_open refuses the block table with a message naming the settings: the
+    // count must not overflow on its way there
+    const int64_t blocks = (int64_t)max_conc * per_seq;
+    const int all_blocks = blocks < INT_MAX ? (int)blocks : INT_MAX;
     k25_instance_opts io = {
         .model_dir = a.synthetic ? NULL : a.model_dir,
         .synth_seed = a.synth_seed,
         .backend = cfg.backend,
         .threads = cfg.threads,
         .model = {.max_seqs = max_conc, .max_rows = max_conc + cfg.prefill_chunk,
-                  .kv_block = kvb, .n_blocks = max_conc * per_seq},
+                  .kv_block = kvb, .n_blocks = all_blocks},
         .kv_cache_mb = cfg.kv_cache_mb,
     };
     // Under run.kv_cache_mb requests wait for free blocks, but the longest must fit on its own,
     // and the breakdown decodes the whole batch at once (fewer in flight give it no full step).
     char cap_what[160];
     if (a.profile_steps > 0) {
-        io.min_blocks = max_conc * per_seq;
+        io.min_blocks = all_blocks;
         snprintf(cap_what, sizeof cap_what, "the breakdown, %d sequences at once (--profile-steps "
                  "0 times the serving run alone),", max_conc);
     } else {

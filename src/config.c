@@ -760,6 +760,19 @@ int config_validate(const k25_config *c, char *err) {
     if ((int64_t)c->n_shared * c->moe_inter > dim_max)
         return k25_err(err, "model.n_shared_experts x model.moe_intermediate_size = %lld is too "
                             "large (at most %d)", (long long)c->n_shared * c->moe_inter, dim_max);
+    // Every head's rows side by side (a query row's q_nope and q_pe, the attention's output,
+    // the queries absorbed into the latent) are indexed in int: 129 heads x 2^24 rope dims
+    // overflowed the last head's offset (a crash in a debug build)
+    struct { const char *what; int64_t v; } per_heads[] = {
+        {"(qk_nope_head_dim + qk_rope_head_dim)",
+         (int64_t)c->n_heads * (c->qk_nope_dim + c->qk_rope_dim)},
+        {"v_head_dim", (int64_t)c->n_heads * c->v_head_dim},
+        {"kv_lora_rank", (int64_t)c->n_heads * c->kv_lora_rank},
+    };
+    for (size_t i = 0; i < sizeof per_heads / sizeof per_heads[0]; i++)
+        if (per_heads[i].v > dim_max)
+            return k25_err(err, "model.num_attention_heads x %s = %lld is too large (at most %d)",
+                           per_heads[i].what, (long long)per_heads[i].v, dim_max);
     struct { const char *key; int v; } nonneg[] = {
         {"model.n_shared_experts", c->n_shared}, {"run.n_predict", c->n_predict},
         {"run.top_k", c->sample_top_k},          {"run.threads", c->threads},

@@ -177,6 +177,12 @@ out=$(timeout 60 mpirun -np 2 "$bin" --config config/tiny.ini --synthetic 1 "${b
 grep -q "for 128 sequences makes a block table of 2147483648 entries, more than 2147483647" \
     <<<"$out" || fail "no block table message: $out"
 grep -q "model ready" <<<"$out" && fail "the block table refused after the load"
+# The same refusal when the requests' lengths, not run.ctx_size, make the table: the block count
+# for 256 slots x 16777208 positions overflowed int on its way there (an abort under SAN=1).
+out=$(timeout 60 "$bin" --config config/tiny.ini --synthetic 1 "${big[@]:2}" --concurrency 256 \
+      --input-len 16777200 --output-len 1 2>&1) && fail "a block table of 256 x 16777208 accepted"
+grep -q "for 256 sequences makes a block table of 4294965504 entries, more than 2147483647" \
+    <<<"$out" || fail "no block table message for the requests' lengths: $out"
 # An unknown word is named as unknown, also as the last argument; a known flag there lacks its value.
 out=$(timeout 60 "$bin" --config config/tiny.ini --synthetic 1 --bogus 2>&1) && fail "--bogus accepted"
 grep -q "unknown option '--bogus'" <<<"$out" || fail "no 'unknown option' message: $out"

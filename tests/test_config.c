@@ -612,6 +612,14 @@ static void test_validate(void) {
     expect_invalid("config/tiny.ini", "run.threads=4097", NULL, "run.threads");
     // YaRN divides by log(rope_theta): theta 1 made every frequency, and so every logit, NaN.
     expect_invalid("config/tiny.ini", "rope.rope_theta=1", NULL, "rope.rope_theta");
+    // Every head's query row side by side past int overflowed the last head's offset.
+    expect_invalid("config/tiny.ini", "model.num_attention_heads=129",
+                   "model.qk_rope_head_dim=16777216",
+                   "model.num_attention_heads x (qk_nope_head_dim + qk_rope_head_dim) = "
+                   "2164262928 is too large");
+    expect_invalid("config/tiny.ini", "model.num_attention_heads=2",
+                   "model.kv_lora_rank=16777216",
+                   "model.num_attention_heads x kv_lora_rank = 33554432 is too large");
 
     // BF16 experts lift the group constraints; no rope scaling is fine.
     k25_config c;
@@ -624,6 +632,11 @@ static void test_validate(void) {
     CHECK(config_set(&c, "rope.rope_theta=1", err) == 0, "%s", err);
     CHECK(config_set(&c, "run.threads=4096", err) == 0, "%s", err);
     CHECK(config_validate(&c, err) == 0, "bf16 tiny: %s", err);
+    // 8 heads x (16 + 2097136) is exactly the bound.
+    config_init_defaults(&c);
+    load_or_die(&c, "config/tiny.ini");
+    CHECK(config_set(&c, "model.qk_rope_head_dim=2097136", err) == 0, "%s", err);
+    CHECK(config_validate(&c, err) == 0, "a query row of 2^24: %s", err);
 }
 
 static void test_check_tp(void) {
