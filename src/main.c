@@ -312,9 +312,10 @@ int main(int argc, char **argv) {
         .model = {.max_seqs = 1, .max_rows = chunk, .kv_block = cfg.kv_block, .n_blocks = 0,
                   .check_finite = o.check_finite || K25_CHECK_FINITE_DEFAULT},
         .kv_cache_mb = cfg.kv_cache_mb,
-        .min_blocks = (cfg.ctx_size + cfg.kv_block - 1) / cfg.kv_block,
         .min_for = ctx_what,
     };
+    // the one sequence's table: the whole context (ctx_size is bounded far below INT_MAX)
+    io.min_blocks = (int)model_table_entries(&cfg, &io.model);
     k25_instance in;
     agree_or_exit(&d, instance_open(&in, &cfg, &d, &io, err) == 0, err);
     double load_ms = k25_now_ms() - t_start;
