@@ -56,6 +56,16 @@ for s in decode bench-sweep bench-summary multinode; do
 done
 echo "ok: the job scripts refuse to run outside Slurm"
 
+# Under set -u, bash before 4.4 stops at "${a[@]}" or ${a[*]} of an empty array (unbound
+# variable); the scripts expand every array through ${a[@]+...}, which every bash accepts.
+bare=$(for f in scripts/slurm/*.sh scripts/slurm/*.sbatch; do
+    sed -E 's/\$\{([A-Za-z_][A-Za-z_0-9]*)\[([@*])\]\+"?\$\{\1\[\2\]\}"?\}//g' "$f" |
+        grep -nE '\$\{[A-Za-z_][A-Za-z_0-9]*\[[@*]\]\}' | grep -vE '^[0-9]+:[[:space:]]*#' |
+        sed "s|^|$f:|" || true
+done)
+[ -z "$bare" ] || fail "array expansions without the \${a[@]+...} guard (bash < 4.4): $bare"
+echo "ok: every array expansion in the Slurm scripts is guarded for bash < 4.4"
+
 # Text split under shell quoting (K25_ARGS, K25_SRUN_ARGS, sweep lines): one that does not split
 # is named, before anything runs (it was a bare "eval: unexpected EOF" from inside a job).
 printf '%s\n' "--concurrency 1" '--input-len "8' > "$tmp/quote.txt"

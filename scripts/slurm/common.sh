@@ -13,6 +13,9 @@
 #   K25_SRUN_ARGS="..."  more arguments for srun (e.g. -l to label lines with the rank)
 #   K25_DEC, K25_BENCH   the binaries (default ./k25dec, ./k25bench at the repository root)
 #   K25_ROOT             the repository (default: found from the submitted script's path)
+#
+# The scripts run under `set -u` and expand arrays as ${a[@]+"${a[@]}"}: bash before 4.4
+# (RHEL/Rocky 7, still on some clusters' nodes) calls "${a[@]}" of an empty array unbound.
 
 # ---------------------------------------------------------------------------------------------
 # Environment of the ranks
@@ -44,7 +47,7 @@ k25_cpus_per_task() {
 k25_srun() {
     local extra=()
     k25_words extra "${K25_SRUN_ARGS:-}" K25_SRUN_ARGS
-    srun --mpi=pmix --cpus-per-task="$(k25_cpus_per_task)" "${extra[@]}" "$@"
+    srun --mpi=pmix --cpus-per-task="$(k25_cpus_per_task)" ${extra[@]+"${extra[@]}"} "$@"
 }
 
 # ---------------------------------------------------------------------------------------------

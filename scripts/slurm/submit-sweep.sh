@@ -47,7 +47,7 @@ array=${array%%;*}
 results=$(k25_sweep_results "$sweep" "$array")
 echo "sweep: $sweep ($n tasks) -> array job $array, logs logs/k25-sweep_${array}_<task>.out"
 echo "results: $results"
-summary=$(sbatch --parsable "${wait[@]}" --dependency="afterok:$array" --kill-on-invalid-dep=yes \
+summary=$(sbatch --parsable ${wait[@]+"${wait[@]}"} --dependency="afterok:$array" --kill-on-invalid-dep=yes \
     "$K25_ROOT/scripts/slurm/bench-summary.sbatch" "$results" "$n") || status=$?
 summary=${summary%%;*}
 echo "summary: job ${summary:-?} -> $results/summary.md, log logs/k25-sweep-summary_${summary:-?}.out"
