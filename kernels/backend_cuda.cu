@@ -83,6 +83,8 @@ typedef struct cuda_impl {
     float *d_inv_freq;
     float softmax_scale;
     int *d_err; // [4]: embed, mla write, mla read, moe
+    // the attention's merge barrier (k25k_mla_args.merge_sync); NULL with K25_NO_MERGE_FOLD=1
+    int *d_mla_sync;
 
     // workspaces (sized for ws_rows rows)
     int ws_rows;
@@ -777,6 +779,7 @@ static void cuda_mla_attention(k25_backend *be, int layer, const k25_layer *L, f
     a.norm_w = bf16_dev(&L->kv_a_norm, a.L);
     a.inv_freq = c->d_inv_freq;
     a.err = c->d_err + 1;
+    a.merge_sync = c->d_mla_sync;
     const uint16_t *kvb = bf16_dev(&L->kv_b, (int64_t)a.H * (a.dn + a.dv) * a.L);
     int chunks = k25k_mla_chunks(a.T, a.H, c->num_sms);
     if (k25k_mla_workspace_floats(a.T, a.H, a.L, chunks) > c->ws_mla_floats)
@@ -1184,6 +1187,11 @@ extern "C" k25_backend *backend_cuda_create(const k25_config *cfg, const k25_dis
 
     c->d_err = (int *)dev_alloc(c, sizeof(int) * 4, "error flags");
     CUDA_CHECK(cudaMemsetAsync(c->d_err, 0, sizeof(int) * 4, c->stream));
+    if (!k25_env_flag("K25_NO_MERGE_FOLD")) {
+        const size_t sync_bytes = sizeof(int) * 2 * K25K_MLA_MERGE_ROWS;
+        c->d_mla_sync = (int *)dev_alloc(c, sync_bytes, "attention merge barrier");
+        CUDA_CHECK(cudaMemsetAsync(c->d_mla_sync, 0, sync_bytes, c->stream));
+    }
     const int nf = cfg->qk_rope_dim / 2;
     float *inv = (float *)k25_malloc(sizeof(float) * (nf + 1));
     config_rope_inv_freq(cfg, inv);

@@ -219,7 +219,11 @@ typedef struct k25k_mla_args {
     const uint16_t *norm_w;         // kv_a_norm [L] bf16
     const float *inv_freq;          // [dr/2]
     int *err;                       // 1: bad cache slot on write, 2: on read
+    int *merge_sync;                // [2 K25K_MLA_MERGE_ROWS] zeros, or NULL: the merge kernel
 } k25k_mla_args;
+// Decode rows up to which the attention kernel merges its chunks itself (a.merge_sync: a
+// count and a generation per row, left at zero counts by every launch).
+#define K25K_MLA_MERGE_ROWS 64
 // Chunks of positions per (row, 16-head group) of the split attention (one wave of blocks at
 // batch 1), and the workspace (q_abs, per-chunk max/sum and partial outputs, o_lat) it needs.
 int k25k_mla_chunks(int T, int H, int num_sms);

@@ -407,6 +407,98 @@ static size_t mla_mma_smem(int W, int HM) {
            4 * (16 * (size_t)mla_mma_sfs(HM) + HM) + (HM == 8 ? 128 : 0);
 }
 
+// The merge of one row's chunks inside the attention kernel (its MERGE form), for the n blocks
+// of the row's non-empty chunks: a barrier among them, then block `chunk` merges its share of
+// the row's nh x L outputs. At one row the merge kernel's frontier was ~3.7 us for 16 KB of
+// outputs (a dependent launch, an L2 round trip for the chunk statistics, two block
+// reductions, a second round trip for the partials); here the barrier takes the launch's
+// place and the rest runs in blocks that are already resident. The n blocks are resident
+// together: the grid is at most one block an SM (k25k_mla_chunks), and nothing that runs beside
+// it waits for it. cnt[0] counts the arrivals, the last arrival resets it and bumps cnt[1], the
+// generation the others poll. The arithmetic is the merge kernel's (max, weights, the
+// normalizer, a sum over the chunks), in a per-thread order: the same values up to rounding.
+__device__ __forceinline__ void mla_merge_slice(const k25k_mla_args &a, int n_chunks, int n,
+                                                int chunk, int t, int nh, int *cnt,
+                                                const float *part_ml, const float *part_o,
+                                                float *o_lat, float *smem) {
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, L = a.L;
+    __syncthreads(); // every thread's partials stored before thread 0 releases them
+    if (tid == 0 && n > 1) {
+        const int gen = k25_ld_acquire(cnt + 1);
+        __threadfence();
+        if (atomicAdd(cnt, 1) == n - 1) {
+            cnt[0] = 0; // before the release below; the next launch reads it after its wait
+            __threadfence();
+            k25_red_release_add(cnt + 1, 1);
+        } else {
+            while (k25_ld_acquire(cnt + 1) == gen) {
+            }
+        }
+    }
+    __syncthreads();
+    // weights of the chunks for each head, a warp per head: w[h][k] = exp(m_k - M_h), and the
+    // normalizer den[h] = sum_k w[h][k] l_k
+    float *w = smem, *den = smem + (size_t)nh * n;
+    const size_t row0 = (size_t)t * a.H; // heads of this row; the block's group starts at 0
+    for (int h = warp; h < nh; h += blockDim.x >> 5) {
+        const float *ml = part_ml + (row0 + h) * n_chunks * 2;
+        float m = -INFINITY;
+        for (int k = lane; k < n; k += 32) m = fmaxf(m, __ldcg(ml + 2 * k));
+        m = k25_warp_max(m);
+        float dl = 0.0f;
+        for (int k = lane; k < n; k += 32) {
+            const float wk = expf(__ldcg(ml + 2 * k) - m);
+            w[h * n + k] = wk;
+            dl += wk * __ldcg(ml + 2 * k + 1);
+        }
+        dl = k25_warp_sum(dl);
+        if (lane == 0) den[h] = dl;
+    }
+    __syncthreads();
+    // The block's outputs [o0, o1), P at a time: S threads an output (S a power of two, where the
+    // share is smaller than the block: long contexts, many chunks), each summing the chunks k =
+    // part (mod S) with eight accumulators; the S partial sums are added in order by part 0.
+    const int total = nh * L, per = (int)k25_cdiv(total, n);
+    const int o0 = chunk * per, o1 = min(total, o0 + per);
+    int S = 1;
+    while (S < 8 && 2 * S * per <= (int)blockDim.x) S *= 2;
+    const int P = blockDim.x / S, part = tid / P, ol = tid - part * P;
+    float *red = den + nh; // [S][P]
+    for (int ob = o0; ob < o1; ob += P) {
+        const int o = ob + ol;
+        const bool mine = o < o1;
+        const int h = mine ? o / L : 0, d = mine ? o - h * L : 0;
+        const float *po = part_o + (row0 + h) * n_chunks * L + d;
+        const float *wh = w + h * n;
+        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        int k = part;
+        if (mine) {
+            for (; k + 7 * S < n; k += 8 * S) {
+                float v[8];
+#pragma unroll
+                for (int u = 0; u < 8; u++) v[u] = __ldcg(po + (size_t)(k + u * S) * L);
+#pragma unroll
+                for (int u = 0; u < 8; u++) acc[u] += wh[k + u * S] * v[u];
+            }
+            for (; k < n; k += S) acc[0] += wh[k] * __ldcg(po + (size_t)k * L);
+        }
+        const float sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) +
+                          ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+        if (S == 1) {
+            if (mine) o_lat[(row0 + h) * L + d] = sum / den[h];
+            continue;
+        }
+        red[part * P + ol] = sum;
+        __syncthreads();
+        if (part == 0 && mine) {
+            float r = red[ol];
+            for (int i = 1; i < S; i++) r += red[i * P + ol];
+            o_lat[(row0 + h) * L + d] = r / den[h];
+        }
+        __syncthreads(); // red is rewritten by the next pass
+    }
+}
+
 // Up to 8 heads (TP8: Kimi's 64 heads over 8 ranks), HM = 8 swaps the MMAs' operands: the cache
 // rows are the M dimension (16 a fragment) and the heads the N dimension (n8), S^T = C Q^T and
 // O^T = C^T P^T. With the heads as M, half of every A fragment was zero heads, and each warp
@@ -419,11 +511,14 @@ static size_t mla_mma_smem(int W, int HM) {
 //   output: warp w takes the latent 16-dim slices w, w + 8, ... (as at HM = 16), all 8 heads.
 // LO: q_abs and q_abs_lo are the absorption GEMM's two products (above the GEMV's rows; a
 // template argument so that the decode kernel's Q staging keeps its code).
-template <bool LO, int HM>
+// MERGE (HM = 8, decode up to the GEMV's rows): the chunks' blocks of a row meet at a barrier
+// (a.merge_sync) after writing their partials and each merges a slice of the row's o_lat, in
+// place of the merge kernel and its launch (mla_merge_slice).
+template <bool LO, int HM, bool MERGE>
 __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
     k25k_mla_args a, const uint16_t *__restrict__ cache, const float *__restrict__ q,
     const float *__restrict__ q_abs, const float *__restrict__ q_abs_lo, int n_chunks,
-    float *__restrict__ part_ml, float *__restrict__ part_o,
+    float *__restrict__ part_ml, float *__restrict__ part_o, float *__restrict__ o_lat,
     const __grid_constant__ CUtensorMap cache_map) {
     static_assert(HM == MMA_HM || HM == 8, "heads per block: 16 or 8");
     constexpr bool H8 = HM == 8;
@@ -861,6 +956,14 @@ __global__ void __launch_bounds__(MMA_WARPS * 32, 1) mla_attn_mma_kernel(
         ml[0] = m_run;
         ml[1] = l_run;
     }
+    if constexpr (MERGE) {
+        static_assert(H8 && !LO, "the merge in the attention: decode at 8 heads a block");
+        const int n = (int)k25_cdiv(len, clen); // the row's non-empty chunks: this one's peers
+        int *cnt = a.merge_sync + 2 * t;
+        // the tile buffers are dead (the last tile was read before the loop's last barrier)
+        mla_merge_slice(a, n_chunks, n, chunk, t, nh, cnt, part_ml, part_o, o_lat,
+                        reinterpret_cast<float *>(cbuf));
+    }
 }
 
 // ------------------------------------------------------------------------------------------
@@ -1186,14 +1289,17 @@ static int mla_run(const k25k_mla_args *a, CT *cache, const uint16_t *kvb, float
                    cache, kv);
     }
 
+    // the merge inside the attention kernel: decode at 8 heads a block below the GEMM's rows
+    const bool fold = mma && hm == 8 && !gemm && a->merge_sync && T <= K25K_MLA_MERGE_ROWS;
     int tile = MLA_JT;
     if (mma) {
-        static size_t mma_set[4] = {0, 0, 0, 0}; // per instantiation
-        const int inst = (qa_parts != nullptr) + 2 * (hm == 8);
-        auto *kernel = hm == 8 ? (qa_parts ? mla_attn_mma_kernel<true, 8>
-                                           : mla_attn_mma_kernel<false, 8>)
-                               : (qa_parts ? mla_attn_mma_kernel<true, MMA_HM>
-                                           : mla_attn_mma_kernel<false, MMA_HM>);
+        static size_t mma_set[5] = {0, 0, 0, 0, 0}; // per instantiation
+        const int inst = fold ? 4 : (qa_parts != nullptr) + 2 * (hm == 8);
+        auto *kernel = fold      ? mla_attn_mma_kernel<false, 8, true>
+                       : hm == 8 ? (qa_parts ? mla_attn_mma_kernel<true, 8, false>
+                                             : mla_attn_mma_kernel<false, 8, false>)
+                                 : (qa_parts ? mla_attn_mma_kernel<true, MMA_HM, false>
+                                             : mla_attn_mma_kernel<false, MMA_HM, false>);
         if (smem_mma > 48 * 1024 && smem_mma > mma_set[inst]) {
             CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             (int)smem_mma));
@@ -1204,7 +1310,8 @@ static int mla_run(const k25k_mla_args *a, CT *cache, const uint16_t *kvb, float
             hm == 8 ? mla_cache_map(cache, (int64_t)a->n_blocks * a->kv_block, W) : CUtensorMap{};
         k25_launch("mla_attn_mma", kernel, g3, MMA_WARPS * 32, smem_mma, s, *a,
                    reinterpret_cast<const uint16_t *>(cache), q, qa_parts ? qa_parts : q_abs,
-                   qa_parts ? qa_parts + th * L : nullptr, n_chunks, part_ml, part_o, map);
+                   qa_parts ? qa_parts + th * L : nullptr, n_chunks, part_ml, part_o, o_lat,
+                   map);
         tile = MMA_JT;
     } else {
         size_t smem = sizeof(float) * (MLA_HG * (size_t)W + MLA_JT * (size_t)(W + 4) +
@@ -1228,8 +1335,9 @@ static int mla_run(const k25k_mla_args *a, CT *cache, const uint16_t *kvb, float
     const dim3 g4((unsigned)th, (unsigned)k25_cdiv(L, v4 ? 512 : 128));
     auto *merge = os ? (v4 ? mla_merge_kernel<true, 4> : mla_merge_kernel<true, 1>)
                      : (v4 ? mla_merge_kernel<false, 4> : mla_merge_kernel<false, 1>);
-    k25_launch("mla_merge", merge, g4, 128, 0, s, *a, n_chunks, tile, part_ml, part_o, o_lat, os,
-               os ? mla_lo_half(os, th * L) : nullptr);
+    if (!fold)
+        k25_launch("mla_merge", merge, g4, 128, 0, s, *a, n_chunks, tile, part_ml, part_o, o_lat,
+                   os, os ? mla_lo_half(os, th * L) : nullptr);
 
     // out[t][h][:] = o_lat[t][h][:] W_UV^T, W_UV = kv_b rows h (dn+dv) + dn .. + dv, [dv][L]
     if (gemm)
