@@ -84,6 +84,14 @@ int main(int argc, char **argv) {
                 a.eps = 1e-6f, a.scale = 0.1447f;
                 a.pos = pos, a.seq = seq, a.block_table = table, a.norm_w = norm_w, a.inv_freq = inv;
                 a.err = err;
+                // the decoder's barrier for the one-row merge inside the attention kernel
+                // (K25_NO_MERGE_FOLD=1: the merge kernel, as the decoder then runs it)
+                int *merge_sync = nullptr;
+                if (!k25_env_flag("K25_NO_MERGE_FOLD")) {
+                    CUDA_CHECK(cudaMalloc(&merge_sync, sizeof(int) * 2 * K25K_MLA_MERGE_ROWS));
+                    CUDA_CHECK(cudaMemset(merge_sync, 0, sizeof(int) * 2 * K25K_MLA_MERGE_ROWS));
+                }
+                a.merge_sync = merge_sync;
                 double us = time_graph_us(s, 20, quick ? 10 : 20, [&](int) {
                     k25k_mla_attention(&a, cache, f32, kvb, q, kv, out, ws, chunks, s);
                 });
@@ -105,7 +113,7 @@ int main(int argc, char **argv) {
                             H, B, R, f32, ctx, us, floor_us, gbs, 100 * gbs / copy_gbs, finite);
                 cudaFree(cache), cudaFree(kvb), cudaFree(norm_w), cudaFree(q), cudaFree(kv);
                 cudaFree(out), cudaFree(ws), cudaFree(inv), cudaFree(pos), cudaFree(seq);
-                cudaFree(table), cudaFree(err);
+                cudaFree(table), cudaFree(err), cudaFree(merge_sync);
             }
     if (bench_json) fclose(bench_json);
     return 0;

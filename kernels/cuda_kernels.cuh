@@ -222,8 +222,9 @@ typedef struct k25k_mla_args {
     int *merge_sync;                // [2 K25K_MLA_MERGE_ROWS] zeros, or NULL: the merge kernel
 } k25k_mla_args;
 // Decode rows up to which the attention kernel merges its chunks itself (a.merge_sync: a
-// count and a generation per row, left at zero counts by every launch).
-#define K25K_MLA_MERGE_ROWS 64
+// count and a generation a row, the count left at zero by every launch). One: at 2 and 4 rows
+// it measured even or slower than the merge kernel (kernels/NOTES.md).
+#define K25K_MLA_MERGE_ROWS 1
 // Chunks of positions per (row, 16-head group) of the split attention (one wave of blocks at
 // batch 1), and the workspace (q_abs, per-chunk max/sum and partial outputs, o_lat) it needs.
 int k25k_mla_chunks(int T, int H, int num_sms);
