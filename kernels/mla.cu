@@ -413,7 +413,7 @@ static size_t mla_mma_smem(int W, int HM) {
 // for the chunk statistics, two block reductions and a round trip for the partials, in 32
 // blocks that read every chunk's partials in turn (~3.8 us a layer at 1K context, more at long
 // contexts); here the barrier takes the launch's place and the work is spread over the chunks'
-// blocks, already resident (1 row 1.3% faster a step at 1K context, 6% at 8K-32K). The n
+// blocks, already resident (a one-row step even at 1K context, 6% faster at 8K-32K). The n
 // blocks are resident together: the grid is at most one block an SM (k25k_mla_chunks), and
 // nothing that runs beside it waits for it. cnt[0] counts the arrivals, the last arrival
 // resets it and bumps cnt[1], the generation the others poll. The arithmetic is the merge
