@@ -1333,13 +1333,14 @@ static int mla_run(const k25k_mla_args *a, CT *cache, const uint16_t *kvb, float
     // 4 dims a thread at one chunk a row (67 rows and more at TP8: 1-2 blocks per SM), a thread
     // per dim below it, where the merge's blocks are fewer than the SMs otherwise. The partials
     // are read 16 bytes at a time: aligned only when the 2 T H weights before them are (T H even).
-    const bool v4 = n_chunks == 1 && k25_vec4((size_t)L, {part_o, o_lat});
-    const dim3 g4((unsigned)th, (unsigned)k25_cdiv(L, v4 ? 512 : 128));
-    auto *merge = os ? (v4 ? mla_merge_kernel<true, 4> : mla_merge_kernel<true, 1>)
-                     : (v4 ? mla_merge_kernel<false, 4> : mla_merge_kernel<false, 1>);
-    if (!fold)
+    if (!fold) {
+        const bool v4 = n_chunks == 1 && k25_vec4((size_t)L, {part_o, o_lat});
+        const dim3 g4((unsigned)th, (unsigned)k25_cdiv(L, v4 ? 512 : 128));
+        auto *merge = os ? (v4 ? mla_merge_kernel<true, 4> : mla_merge_kernel<true, 1>)
+                         : (v4 ? mla_merge_kernel<false, 4> : mla_merge_kernel<false, 1>);
         k25_launch("mla_merge", merge, g4, 128, 0, s, *a, n_chunks, tile, part_ml, part_o, o_lat,
                    os, os ? mla_lo_half(os, th * L) : nullptr);
+    }
 
     // out[t][h][:] = o_lat[t][h][:] W_UV^T, W_UV = kv_b rows h (dn+dv) + dn .. + dv, [dv][L]
     if (gemm)
