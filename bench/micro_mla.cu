@@ -88,8 +88,8 @@ int main(int argc, char **argv) {
                 // (K25_NO_MERGE_FOLD=1: the merge kernel, as the decoder then runs it)
                 int *merge_sync = nullptr;
                 if (!k25_env_flag("K25_NO_MERGE_FOLD")) {
-                    CUDA_CHECK(cudaMalloc(&merge_sync, sizeof(int) * 2 * K25K_MLA_MERGE_ROWS));
-                    CUDA_CHECK(cudaMemset(merge_sync, 0, sizeof(int) * 2 * K25K_MLA_MERGE_ROWS));
+                    CUDA_CHECK(cudaMalloc(&merge_sync, K25K_MLA_MERGE_SYNC_BYTES));
+                    CUDA_CHECK(cudaMemset(merge_sync, 0, K25K_MLA_MERGE_SYNC_BYTES));
                 }
                 a.merge_sync = merge_sync;
                 double us = time_graph_us(s, 20, quick ? 10 : 20, [&](int) {

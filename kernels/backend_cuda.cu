@@ -1188,9 +1188,8 @@ extern "C" k25_backend *backend_cuda_create(const k25_config *cfg, const k25_dis
     c->d_err = (int *)dev_alloc(c, sizeof(int) * 4, "error flags");
     CUDA_CHECK(cudaMemsetAsync(c->d_err, 0, sizeof(int) * 4, c->stream));
     if (!k25_env_flag("K25_NO_MERGE_FOLD")) {
-        const size_t sync_bytes = sizeof(int) * 2 * K25K_MLA_MERGE_ROWS;
-        c->d_mla_sync = (int *)dev_alloc(c, sync_bytes, "attention merge barrier");
-        CUDA_CHECK(cudaMemsetAsync(c->d_mla_sync, 0, sync_bytes, c->stream));
+        c->d_mla_sync = (int *)dev_alloc(c, K25K_MLA_MERGE_SYNC_BYTES, "attention merge barrier");
+        CUDA_CHECK(cudaMemsetAsync(c->d_mla_sync, 0, K25K_MLA_MERGE_SYNC_BYTES, c->stream));
     }
     const int nf = cfg->qk_rope_dim / 2;
     float *inv = (float *)k25_malloc(sizeof(float) * (nf + 1));

@@ -225,6 +225,7 @@ typedef struct k25k_mla_args {
 // count and a generation a row, the count left at zero by every launch). One: at 2 and 4 rows
 // it measured even or slower than the merge kernel (kernels/NOTES.md).
 #define K25K_MLA_MERGE_ROWS 1
+#define K25K_MLA_MERGE_SYNC_BYTES (sizeof(int) * 2 * K25K_MLA_MERGE_ROWS)
 // Chunks of positions per (row, 16-head group) of the split attention (one wave of blocks at
 // batch 1), and the workspace (q_abs, per-chunk max/sum and partial outputs, o_lat) it needs.
 int k25k_mla_chunks(int T, int H, int num_sms);
