@@ -508,8 +508,9 @@ static void print_desc(const run_desc *r, const bench_args *a, const k25_config 
            a->input_len, a->output_len, a->range_ratio, a->prompts_factor,
            (unsigned long long)a->seed);
     if (c->kv_cache_mb > 0)
-        printf("# CACHE CAP: at most %d MiB of latent cache a rank (run.kv_cache_mb): requests may "
-               "wait for cache blocks below the level's concurrency\n", c->kv_cache_mb);
+        printf("# CACHE CAP: at most %d MiB of latent cache a rank (run.kv_cache_mb%s): requests "
+               "may wait for cache blocks below the level's concurrency\n", c->kv_cache_mb,
+               a->spec_draft ? ", the draft's included" : "");
     printf("# engine: ctx %d, kv_block %d, prefill_chunk %d, sampling temp %g top_k %d top_p %g%s\n",
            c->ctx_size, c->kv_block, c->prefill_chunk, (double)c->temp, c->sample_top_k,
            (double)c->sample_top_p,
@@ -1324,13 +1325,16 @@ int main(int argc, char **argv) {
                         .ctx_size = cfg.ctx_size, .kv_block = kvb, .backend = cfg.backend,
                         .threads = cfg.threads};
     // The draft's own configuration before the target's load, which takes minutes
-    if (a.spec_draft) agree_or_exit(&d, spec_check(a.spec_draft, &cfg, &d, &so, err) == 0, err);
+    if (a.spec_draft)
+        agree_or_exit(&d, spec_check(a.spec_draft, &cfg, &d, &so, &io.kv_extra_values, err) == 0,
+                      err);
     k25_instance in;
     double t_load = k25_now_ms();
     agree_or_exit(&d, instance_open(&in, &cfg, &d, &io, err) == 0, err);
     k25_log("k25bench: model ready in %.1f s\n", (k25_now_ms() - t_load) / 1000);
     k25_spec *spec = NULL;
     if (a.spec_draft) {
+        so.n_blocks = model_n_blocks(in.m); // the draft follows the target's sequences
         spec = spec_create(a.spec_draft, in.m, &in.w, &cfg, &d, &so, err);
         agree_or_exit(&d, spec != NULL, err);
         spec_kind = spec_draft_kind(spec);

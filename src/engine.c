@@ -381,7 +381,7 @@ static int spec_draft_step(k25_engine *e) {
         e->sseq[n++] = (k25_spec_seq){
             .slot = s->slot, .id = s->rec.id, .prompt = s->prompt, .n_prompt = s->rec.n_prompt,
             .gen = s->rec.tokens, .n_gen = s->rec.n_tokens, .max_draft = k,
-            .sampling = s->sampling};
+            .max_len = cache_len(s->rec.n_prompt, s->rec.max_new), .sampling = s->sampling};
     }
     spec_propose(e->spec, e->sseq, n);
     return n;
@@ -414,8 +414,8 @@ static void spec_observe_step(k25_engine *e, int T) {
             if (s->slot != e->seq[r]) continue;
             e->sobs[n++] = (k25_spec_obs){
                 .slot = s->slot, .row0 = r, .pos0 = e->pos[r], .n_rows = r1 - r,
-                .prompt = s->prompt, .n_prompt = s->rec.n_prompt, .gen = s->rec.tokens,
-                .n_gen = s->rec.n_tokens};
+                .max_len = cache_len(s->rec.n_prompt, s->rec.max_new), .prompt = s->prompt,
+                .n_prompt = s->rec.n_prompt, .gen = s->rec.tokens, .n_gen = s->rec.n_tokens};
             break;
         }
         r = r1;

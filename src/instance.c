@@ -3,6 +3,7 @@
 #include "instance.h"
 
 #include <limits.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "pipeline.h"
@@ -41,21 +42,28 @@ static void drop_other_stages_tensors(k25_weights *w, const k25_config *cfg) {
 
 // run.kv_cache_mb: at most that many MiB of latent cache on a rank, as a serving engine's memory
 // budget; with fewer blocks than the sequences could use, requests wait for free ones. Every
-// stage indexes one block table, so the stage with the most layers sets the count.
+// stage indexes one block table, so the stage with the most layers sets the count. A draft's
+// cache has as many blocks as the target's (spec.h), so a block's share of the budget is both.
 static int cache_cap(const k25_config *cfg, const k25_instance_opts *o, int layers,
                      const k25_backend *be, k25_model_opts *mo, char *err) {
     int mb = o->kv_cache_mb, kv_block = mo->kv_block > 0 ? mo->kv_block : cfg->kv_block;
     int values = cfg->kv_lora_rank + cfg->qk_rope_dim;
-    size_t block = (size_t)layers * kv_block * values * be->kv_value_bytes;
+    size_t token = ((size_t)layers * values + (size_t)o->kv_extra_values) * be->kv_value_bytes;
+    size_t block = token * kv_block;
     size_t fit = ((size_t)mb << 20) / block;
+    char draft[96] = "", beside[96] = "";
+    if (o->kv_extra_values > 0) {
+        snprintf(draft, sizeof draft, " + the draft's %lld", (long long)o->kv_extra_values);
+        snprintf(beside, sizeof beside, " and as many of the draft's");
+    }
     if (fit == 0)
         return k25_err(err, "run.kv_cache_mb=%d holds no cache block: a block takes %.2f MiB (%d "
-                       "layers x %d tokens x %d values x %d bytes)", mb, block / 1048576.0,
-                       layers, kv_block, values, be->kv_value_bytes);
+                       "tokens x (%d layers x %d values%s) x %d bytes)", mb, block / 1048576.0,
+                       kv_block, layers, values, draft, be->kv_value_bytes);
     mo->max_blocks = fit < INT_MAX ? (int)fit : INT_MAX;
     if (mo->max_blocks < o->min_blocks)
-        return k25_err(err, "run.kv_cache_mb=%d holds %d cache blocks of %d tokens; %s needs %d",
-                       mb, mo->max_blocks, kv_block, o->min_for, o->min_blocks);
+        return k25_err(err, "run.kv_cache_mb=%d holds %d cache blocks of %d tokens%s; %s needs %d",
+                       mb, mo->max_blocks, kv_block, beside, o->min_for, o->min_blocks);
     return 0;
 }
 

@@ -19,8 +19,10 @@ typedef struct k25_instance_opts {
     const char *backend;     // "cpu" or "cuda"; NULL: cfg->backend
     int threads;             // CPU backend threads; 0: cfg->threads
     k25_model_opts model;
-    int kv_cache_mb;         // most MiB of the model's latent cache on a rank (run.kv_cache_mb):
-                             // caps model.max_blocks; 0: none
+    int kv_cache_mb;         // most MiB of latent cache on a rank (run.kv_cache_mb): caps
+                             // model.max_blocks; 0: none
+    int64_t kv_extra_values; // values a position takes in a draft's cache beside the model's
+                             // (spec_check), which has as many blocks: the cap covers both
     int min_blocks;          // under that cap, the fewest blocks the run can work with, and
     const char *min_for;     // what needs them ("the context of N tokens"): a cap below is
                              // refused before the weights load

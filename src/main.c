@@ -289,7 +289,9 @@ int main(int argc, char **argv) {
     k25_spec_opts so = {.k = o.spec_k, .max_seqs = 1, .max_rows = chunk,
                         .ctx_size = cfg.ctx_size, .kv_block = cfg.kv_block,
                         .backend = cfg.backend, .threads = cfg.threads};
-    if (o.spec_draft) agree_or_exit(&d, spec_check(o.spec_draft, &cfg, &d, &so, err) == 0, err);
+    int64_t draft_values = 0; // a draft's cache shares run.kv_cache_mb with the target's
+    if (o.spec_draft)
+        agree_or_exit(&d, spec_check(o.spec_draft, &cfg, &d, &so, &draft_values, err) == 0, err);
 
     // ---- checkpoint check, weights, backend, model ----
     int from_ckpt = o.model_dir && !o.synthetic;
@@ -312,6 +314,7 @@ int main(int argc, char **argv) {
         .model = {.max_seqs = 1, .max_rows = chunk, .kv_block = cfg.kv_block, .n_blocks = 0,
                   .check_finite = o.check_finite || K25_CHECK_FINITE_DEFAULT},
         .kv_cache_mb = cfg.kv_cache_mb,
+        .kv_extra_values = draft_values,
         .min_for = ctx_what,
     };
     // the one sequence's table: the whole context (ctx_size is bounded far below INT_MAX)
@@ -324,6 +327,7 @@ int main(int argc, char **argv) {
     // ---- speculative decoding: the draft next to the target ----
     k25_spec *spec = NULL;
     if (o.spec_draft) {
+        so.n_blocks = model_n_blocks(in.m);
         spec = spec_create(o.spec_draft, in.m, &in.w, &cfg, &d, &so, err);
         agree_or_exit(&d, spec != NULL, err);
     }

@@ -67,7 +67,7 @@ static int draft_kind(const char *source, const char **arg, char *err) {
 }
 
 int spec_check(const char *source, const k25_config *cfg, const k25_dist *dist,
-               const k25_spec_opts *o, char *err) {
+               const k25_spec_opts *o, int64_t *cache_values, char *err) {
     const char *arg;
     int kind = draft_kind(source, &arg, err);
     if (kind < 0) return -1;
@@ -80,28 +80,33 @@ int spec_check(const char *source, const k25_config *cfg, const k25_dist *dist,
         return k25_err(err, "speculative decoding with pipeline stages (run.pp = %d) is not "
                             "implemented", dist->pp_size);
     spec_env env = {NULL, NULL, cfg, dist, *o};
+    int64_t values = 0;
     if (kind == DRAFT_NGRAM) {
         spec_draft d = {0};
         if (spec_ngram_create(&env, arg, &d, err)) return -1;
         d.destroy(&d);
-        return 0;
-    }
-    if (kind == DRAFT_MODEL) {
+    } else if (kind == DRAFT_MODEL) {
         k25_config c;
         char path[4096];
         int synthetic;
         uint64_t seed;
-        return spec_model_config(&env, arg, &c, path, sizeof path, &synthetic, &seed, err);
+        if (spec_model_config(&env, arg, &c, path, sizeof path, &synthetic, &seed, err))
+            return -1;
+        values = (int64_t)c.n_layers * (c.kv_lora_rank + c.qk_rope_dim);
+    } else {
+        eagle3_fit fit = {cfg, o->ctx_size, o->kv_block, dist->tp_size};
+        eagle3_config ec;
+        if (eagle3_config_read(&ec, arg, &fit, err)) return -1;
+        values = ec.cfg.kv_lora_rank + ec.cfg.qk_rope_dim; // one decoder layer
     }
-    eagle3_fit fit = {cfg, o->ctx_size, o->kv_block, dist->tp_size};
-    eagle3_config ec;
-    return eagle3_config_read(&ec, arg, &fit, err);
+    if (cache_values) *cache_values = values;
+    return 0;
 }
 
 k25_spec *spec_create(const char *source, k25_model *target, const k25_weights *tw,
                       const k25_config *cfg, const k25_dist *dist, const k25_spec_opts *o,
                       char *err) {
-    if (spec_check(source, cfg, dist, o, err)) return NULL;
+    if (spec_check(source, cfg, dist, o, NULL, err)) return NULL;
     const char *arg;
     int kind = draft_kind(source, &arg, err);
     k25_spec *sp = k25_calloc(1, sizeof *sp);
@@ -134,6 +139,7 @@ void spec_free(k25_spec *sp) {
 
 int spec_k(const k25_spec *sp) { return sp->K; }
 const char *spec_draft_kind(const k25_spec *sp) { return sp->d.kind; }
+const k25_kvcache *spec_draft_cache(const k25_spec *sp) { return sp->d.cache; }
 const k25_spec_stats *spec_stats(const k25_spec *sp) { return &sp->st; }
 void spec_reset_stats(k25_spec *sp) { memset(&sp->st, 0, sizeof sp->st); }
 

@@ -16,7 +16,7 @@
 //                    lightseekorg/kimi-k2.5-eagle3-mla): one MLA decoder layer fed through `fc`
 //                    by three hidden states of the target, captured during its steps
 // Model and EAGLE-3 drafts run on the same ranks as the target, split over the same
-// tensor-parallel group, each with its own paged latent cache.
+// tensor-parallel group, each with its own paged latent cache of the target's block count.
 //
 // Acceptance:
 //   temperature 0    the longest prefix of drafts equal to the target's greedy tokens is
@@ -38,6 +38,7 @@
 #pragma once
 #include "config.h"
 #include "dist.h"
+#include "kvcache.h"
 #include "model.h"
 #include "weights.h"
 
@@ -51,6 +52,8 @@ typedef struct k25_spec_opts {
     int max_rows;          // rows of one draft step at most (>= max_seqs)
     int ctx_size;          // the target's context; drafts stay inside it, so their caches too
     int kv_block;          // cache block size of the drafts
+    int n_blocks;          // cache blocks of a model or EAGLE-3 draft (0: every slot's whole
+                           // context); the target's count is enough (k25_spec_seq.max_len)
     const char *backend;   // "cpu" or "cuda" (model and EAGLE-3 drafts)
     int threads;           // CPU threads of draft backends (0: the default)
 } k25_spec_opts;
@@ -65,6 +68,10 @@ typedef struct k25_spec_seq {
     const int32_t *gen;    // [n_gen] generated so far; the history is prompt then gen
     int n_gen;
     int max_draft;         // most tokens this sequence may draft now (room left)
+    int max_len;           // the most positions the target's cache promised the sequence (0:
+                           // the context). Its draft cache is promised as many: a draft never
+                           // holds a position the target does not, so a draft cache of the
+                           // target's block count never runs short.
     k25_sampling sampling; // the request's settings (counter ignored)
     // out (spec_propose)
     int n_draft;           // tokens drafted (0: a plain decode row)
@@ -78,6 +85,7 @@ typedef struct k25_spec_seq {
 typedef struct k25_spec_obs {
     int slot;
     int row0, pos0, n_rows;
+    int max_len;           // as in k25_spec_seq
     const int32_t *prompt;
     int n_prompt;
     const int32_t *gen;
@@ -103,9 +111,13 @@ extern "C" {
 
 // What spec_create checks before it needs weights: the --spec-draft text, the options and the
 // draft's configuration against the target's (cfg) and the ranks. 0, or -1 with a message; for
-// a run to call before a load that takes minutes. Every rank calls it alike.
+// a run to call before a load that takes minutes. Every rank calls it alike. cache_values (may
+// be NULL) receives the values one position takes in the draft's latent cache on a rank (its
+// layers x latent width; 0 for the n-gram draft): a cache budget covers them with the target's.
 int spec_check(const char *source, const k25_config *cfg, const k25_dist *dist,
-               const k25_spec_opts *o, char *err);
+               const k25_spec_opts *o, int64_t *cache_values, char *err);
+// The draft's cache allocator (NULL for the n-gram draft): its blocks and promises.
+const k25_kvcache *spec_draft_cache(const k25_spec *sp);
 // Parses the --spec-draft text and builds the draft against the target (tw: the target's
 // weights, whose embedding / lm_head / final norm an EAGLE-3 head without its own reuses).
 // Every rank calls it alike. NULL with a message in err on a bad source.

@@ -400,11 +400,15 @@ static void eg_reset(spec_draft *d) {
     for (int s = 0; s < e->max_seqs; s++) eg_release(d, s);
 }
 
-static void ensure_slot(eagle *e, int slot, int n_positions) {
+// A slot opens with the target's promise for the sequence (max_len; 0: the context), so a
+// cache of the target's block count serves every sequence the target admits.
+static void ensure_slot(eagle *e, int slot, int n_positions, int max_len) {
     K25_CHECK(slot >= 0 && slot < e->max_seqs, "EAGLE-3: slot %d of %d", slot, e->max_seqs);
     if (!e->open[slot]) {
-        K25_CHECK(kvcache_open(&e->kv, slot, e->cap_pos) == 0, "EAGLE-3: no cache for slot %d",
-                  slot);
+        int promise = max_len > 0 && max_len < e->cap_pos ? max_len : e->cap_pos;
+        K25_CHECK(kvcache_open(&e->kv, slot, promise) == 0,
+                  "EAGLE-3: no cache for slot %d (%d positions; %d blocks free of %d)", slot,
+                  promise, e->kv.n_free, e->kv.n_blocks);
         e->open[slot] = 1;
         e->last_pos[slot] = -1;
         e->n_abs[slot] = 0;
@@ -456,7 +460,7 @@ static void eg_observe(spec_draft *d, const k25_spec_obs *obs, int n) {
                 T = n_keep = 0;
                 last = -1;
             }
-            ensure_slot(e, o->slot, p + 1);
+            ensure_slot(e, o->slot, p + 1, o->max_len);
             e->tokens[T] = spec_hist(o->prompt, o->n_prompt, o->gen, p + 1);
             e->pos[T] = p;
             e->seq[T] = o->slot;
@@ -522,7 +526,7 @@ static void eg_propose(spec_draft *d, k25_spec_seq *seqs, int n) {
         for (int a = 0; a < na; a++) {
             k25_spec_seq *s = &seqs[idx[a]];
             int p = s->n_prompt + s->n_gen - 2 + j;
-            ensure_slot(e, s->slot, p + 1);
+            ensure_slot(e, s->slot, p + 1, s->max_len);
             e->tokens[a] = s->draft[j - 1];
             e->pos[a] = p;
             e->seq[a] = s->slot;
@@ -602,8 +606,9 @@ int spec_eagle3_create(const spec_env *env, const char *dir, spec_draft *d, char
     k25_backend *be = e->be;
     be->load_weights(be, &e->w);
     int mbps = (e->cap_pos + o->kv_block - 1) / o->kv_block;
-    be->kv_init(be, 1, o->max_seqs * mbps, o->kv_block);
-    if (kvcache_init(&e->kv, o->max_seqs * mbps, o->kv_block, o->max_seqs, mbps, err)) {
+    int n_blocks = o->n_blocks > 0 ? o->n_blocks : o->max_seqs * mbps;
+    be->kv_init(be, 1, n_blocks, o->kv_block);
+    if (kvcache_init(&e->kv, n_blocks, o->kv_block, o->max_seqs, mbps, err)) {
         d->impl = e;
         eg_destroy(d);
         d->impl = NULL;
@@ -652,6 +657,7 @@ int spec_eagle3_create(const spec_env *env, const char *dir, spec_draft *d, char
 
     d->kind = "eagle3";
     d->impl = e;
+    d->cache = &e->kv;
     d->n_capture = e->n_aux;
     memcpy(d->capture, aux_ids, sizeof(int) * (size_t)e->n_aux);
     d->reset = eg_reset;

@@ -19,6 +19,7 @@ struct spec_draft {
     // Target layers whose input hidden states the draft reads (model_capture_layers), or 0.
     int n_capture;
     int capture[3];
+    const k25_kvcache *cache;  // the draft's own latent cache allocator, or NULL
     // Forget every sequence (a new engine or generation starts).
     void (*reset)(spec_draft *d);
     // The sequence in slot ended.

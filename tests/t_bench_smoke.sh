@@ -3,7 +3,8 @@
 # and the JSON lines (every level present, request and token counts as asked, every metric
 # positive, median <= p99, throughputs and latencies consistent with each other). No timing
 # thresholds. Also: --profile-only (the decode-step table alone), the run.uniform_routing label,
-# run.kv_cache_mb, and a bad command line fails on every rank with a message.
+# run.kv_cache_mb (with a draft's cache inside it too), and a bad command line fails on every
+# rank with a message.
 set -u
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 bin=./k25bench
@@ -203,6 +204,19 @@ grep -q "^model: 102 cache blocks of 16 tokens, capped from 136" "$tmp/cap.err" 
 grep -q "^# CACHE CAP: at most 1 MiB" "$tmp/cap.out" || fail "no CACHE CAP label"
 python3 -c "import json, sys; o = json.loads(open(sys.argv[1]).readline())
 assert o['kv_cache_mb'] == 1 and o['completed'] == o['num_prompts'] == 40, o" "$tmp/cap.jsonl" || fail "capped run's JSON"
+# A draft's cache shares the cap block for block: config/tiny_draft.ini adds 2 layers x 24 values
+# a token, so a block takes 16 x (160 + 48) x 4 bytes and 1 MiB holds 78.
+timeout 120 mpirun -np 2 "$bin" "${cap[@]}" --concurrency 8 --input-len 256 --output-len 16 \
+    --profile-steps 0 --spec-draft model:config/tiny_draft.ini --spec-k 3 --json "$tmp/capd.jsonl" \
+    >"$tmp/capd.out" 2>"$tmp/capd.err" || { cat "$tmp/capd.err"; fail "capped run with a draft"; }
+grep -q "^model: 78 cache blocks of 16 tokens, capped from 136" "$tmp/capd.err" ||
+    fail "no cap line with a draft: $(cat "$tmp/capd.err")"
+grep -q "^# CACHE CAP: at most 1 MiB of latent cache a rank (run.kv_cache_mb, the draft's included)" \
+    "$tmp/capd.out" || fail "no CACHE CAP label with a draft"
+python3 -c "import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert rows and all(o['completed'] == o['num_prompts'] == 40 for o in rows), rows" "$tmp/capd.jsonl" ||
+    fail "capped run with a draft: not every request completed"
 out=$(timeout 120 mpirun -np 2 "$bin" "${cap[@]}" --concurrency 8 --input-len 256 --output-len 16 2>&1) \
     && fail "a breakdown past the cap accepted"
 grep -q "holds 102 cache blocks of 16 tokens; the breakdown, 8 sequences at once .*, needs 136" <<<"$out" ||

@@ -6,7 +6,8 @@
 # backend asked for more host memory than the node has; -h prints the usage; --dump-config
 # round-trips and the built-in default equals config/tiny.ini; the README command prints tokens;
 # with a tokenizer the text out matches the ids; -n past the context stops at the context end;
-# an EOS token stops generation; run.kv_cache_mb caps the latent cache.
+# an EOS token stops generation; run.kv_cache_mb caps the latent cache, a draft's with the
+# target's.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
@@ -59,6 +60,16 @@ grep -q "capped from" "$tmp/err" && bad "run.kv_cache_mb too small for the conte
 expect_fail 2 'run.kv_cache_mb=1 holds no cache block: a block takes 2.50 MiB' \
     --set run.kv_cache_mb=1 --set run.kv_block_size=4096 --tokens 1,2,3 -n 2
 run 2 --set run.kv_cache_mb=1 -c 1600 --tokens 1,2,3 -n 2
+# A draft's cache has as many blocks as the target's, inside the same cap: config/tiny_draft.ini
+# adds 2 layers x 24 values a token, so a block takes (160 + 48) x 64 x 4 bytes = 52 KiB and
+# 1 MiB holds 19 blocks, 1216 tokens.
+draft=(--spec-draft model:config/tiny_draft.ini --set run.kv_cache_mb=1 --tokens 1,2,3 -n 8)
+expect_fail 2 "run.kv_cache_mb=1 holds 19 cache blocks of 64 tokens and as many of the draft's; the context of 1217 tokens needs 20" \
+    "${draft[@]}" -c 1217
+expect_fail 2 "a block takes 3.25 MiB (4096 tokens x (4 layers x 40 values + the draft's 48) x 4 bytes)" \
+    "${draft[@]}" --set run.kv_block_size=4096
+run 2 "${draft[@]}" -c 1216 && grep -q "speculative (model, k = " "$tmp/err" ||
+    bad "a draft inside the cap did not run: $(cat "$tmp/err")"
 expect_fail 2 'outside the vocabulary' --tokens 1,2,100000
 expect_fail 3 '3 ranks cannot split 8 attention heads' -p hi
 expect_fail 2 'add --synthetic SEED' --config config/tiny.ini -p hi

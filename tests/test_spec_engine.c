@@ -3,8 +3,9 @@
 // engine with every draft source and several batch sizes, draft lengths, prefill chunks and row
 // limits, and every request's tokens and finish reason must equal what a plain loop over
 // model_step produces for it alone (one token per step, no engine, no draft). Also: 256
-// sequences at once against the plain engine, the cache accounting after every step, and the
-// acceptance counters (a draft equal to the target accepts everything).
+// sequences at once against the plain engine, the cache accounting after every step (the
+// draft's too, and with the draft's cache as small as the target's), and the acceptance
+// counters (a draft equal to the target accepts everything).
 //
 // Draft sources: ngram, ngram:1, model:config/tiny_draft.ini@7 (a smaller model), the target
 // itself as its draft (model:config/tiny.ini@1), and two synthetic EAGLE-3 heads (full and
@@ -54,24 +55,29 @@ static void run_alone(k25_model *m, const k25_config *eos_cfg, test_req *r) {
 
 typedef struct run_opts {
     int max_batch, prefill_chunk, max_rows;
+    int n_blocks; // the engine's cache blocks (0: the model's)
 } run_opts;
 
 static k25_engine *new_engine(k25_model *m, const k25_config *cfg, const run_opts *ro) {
     char err[K25_ERR_LEN] = "";
     k25_engine_opts o = {.max_batch = ro->max_batch, .prefill_chunk = ro->prefill_chunk,
-                         .max_rows = ro->max_rows, .kv_block = KV_BLOCK, .ctx_size = CTX};
+                         .max_rows = ro->max_rows, .kv_block = KV_BLOCK, .ctx_size = CTX,
+                         .n_blocks = ro->n_blocks};
     k25_engine *e = engine_create(m, cfg, &o, err);
     if (!e) K25_DIE("engine_create: %s", err);
     return e;
 }
 
-// Runs every request through an engine (spec or NULL), checking the limits and the cache after
-// every step; tokens and finish reasons must match the references.
-static void run_engine(k25_model *m, const k25_config *eos_cfg, test_req *reqs, int n,
-                       const run_opts *ro, k25_spec *sp, const char *name) {
+// Runs every request through an engine (spec or NULL), checking the limits and the caches (the
+// target's and the draft's) after every step; tokens and finish reasons must match the
+// references. Returns the most requests left waiting after a step's admission.
+static int run_engine(k25_model *m, const k25_config *eos_cfg, test_req *reqs, int n,
+                      const run_opts *ro, k25_spec *sp, const char *name) {
     char err[K25_ERR_LEN] = "";
     k25_engine *e = new_engine(m, eos_cfg, ro);
     engine_set_spec(e, sp);
+    const k25_kvcache *dkv = sp ? spec_draft_cache(sp) : NULL;
+    int most_waiting = 0;
     for (int i = 0; i < n; i++) {
         k25_request q = {.prompt = reqs[i].prompt, .n_prompt = reqs[i].n_prompt,
                          .max_new = reqs[i].max_new, .sampling = {.temp = 0, .top_p = 1},
@@ -84,10 +90,14 @@ static void run_engine(k25_model *m, const k25_config *eos_cfg, test_req *reqs, 
               si->n_decode + si->n_prefill);
         CHECK(si->n_prefill <= ro->prefill_chunk, "%s: %d prefill rows", name, si->n_prefill);
         if (kvcache_check(engine_cache(e), err) != 0) CHECK(0, "%s: %s", name, err);
+        if (dkv && kvcache_check(dkv, err) != 0) CHECK(0, "%s: the draft's cache: %s", name, err);
+        if (si->n_waiting > most_waiting) most_waiting = si->n_waiting;
     }
     const k25_kvcache *kv = engine_cache(e);
     CHECK(kv->n_free == kv->n_blocks && kv->owed == 0, "%s: %d of %d blocks free at the end",
           name, kv->n_free, kv->n_blocks);
+    CHECK(!dkv || (dkv->n_free == dkv->n_blocks && dkv->owed == 0),
+          "%s: %d of the draft's %d blocks free at the end", name, dkv->n_free, dkv->n_blocks);
     for (int i = 0; i < n; i++) {
         const k25_seq_record *rec = engine_record(e, i);
         test_req *r = &reqs[i];
@@ -103,6 +113,7 @@ static void run_engine(k25_model *m, const k25_config *eos_cfg, test_req *reqs, 
               rec->finish, want);
     }
     engine_free(e);
+    return most_waiting;
 }
 
 // ------------------------------------------------------------------------------------------
@@ -116,7 +127,7 @@ static int32_t oracle_ref(void *ctx, int id, int index) {
 
 // The n-gram draft on hand-made histories: the longest suffix (3, 2, then 1 tokens) found
 // earlier, its most recent occurrence, what followed it up to the end of the history.
-static k25_spec *make_spec(const char *src, int k, int max_seqs, int max_rows,
+static k25_spec *make_spec(const char *src, int k, int max_seqs, int max_rows, int n_blocks,
                            k25_instance *in, const k25_config *cfg, const k25_dist *d);
 
 static void check_ngram(k25_instance *in, const k25_config *cfg, const k25_dist *d) {
@@ -142,7 +153,7 @@ static void check_ngram(k25_instance *in, const k25_config *cfg, const k25_dist 
         {"ngram", {1, 2, 1}, 3, {2}, 1, 0, {0}, 0},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        k25_spec *sp = make_spec(cases[c].src, 4, MAX_SEQS, MAX_ROWS, in, cfg, d);
+        k25_spec *sp = make_spec(cases[c].src, 4, MAX_SEQS, MAX_ROWS, 0, in, cfg, d);
         k25_spec_seq s = {.slot = 0, .prompt = cases[c].prompt, .n_prompt = cases[c].n_prompt,
                           .gen = cases[c].gen, .n_gen = cases[c].n_gen,
                           .max_draft = cases[c].max_draft, .sampling = {.temp = 0, .top_p = 1}};
@@ -156,11 +167,12 @@ static void check_ngram(k25_instance *in, const k25_config *cfg, const k25_dist 
     }
 }
 
-static k25_spec *make_spec(const char *src, int k, int max_seqs, int max_rows,
+static k25_spec *make_spec(const char *src, int k, int max_seqs, int max_rows, int n_blocks,
                            k25_instance *in, const k25_config *cfg, const k25_dist *d) {
     char err[K25_ERR_LEN] = "";
     k25_spec_opts so = {.k = k, .max_seqs = max_seqs, .max_rows = max_rows, .ctx_size = CTX,
-                        .kv_block = KV_BLOCK, .backend = "cpu", .threads = 1};
+                        .kv_block = KV_BLOCK, .n_blocks = n_blocks, .backend = "cpu",
+                        .threads = 1};
     k25_spec *sp = spec_create(src, in->m, &in->w, cfg, d, &so, err);
     if (!sp) K25_DIE("spec_create %s: %s", src, err);
     return sp;
@@ -230,17 +242,18 @@ int main(int argc, char **argv) {
     // (batch, prefill chunk, row limit, k): one at a time; small chunks; a row limit that
     // leaves little room for drafts; a full batch with every draft.
     struct { run_opts ro; int k; } runs[] = {
-        {{1, 7, 8}, 1},
-        {{3, 5, 3 * 4 + 5}, 3},
-        {{8, 16, 11}, 4},
-        {{8, 16, MAX_ROWS}, 4},
+        {{1, 7, 8, 0}, 1},
+        {{3, 5, 3 * 4 + 5, 0}, 3},
+        {{8, 16, 11, 0}, 4},
+        {{8, 16, MAX_ROWS, 0}, 4},
     };
     // "quick" (the 2-rank run of t_spec_greedy.sh): the full batch only, no 256-sequence run.
     int quick = argc > 1 && !strcmp(argv[1], "quick");
     for (size_t s = 0; s < sizeof sources / sizeof sources[0]; s++) {
         for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
             if (quick && r != 3) continue;
-            k25_spec *sp = make_spec(sources[s].src, runs[r].k, MAX_SEQS, MAX_ROWS, &in, &cfg, &d);
+            k25_spec *sp = make_spec(sources[s].src, runs[r].k, MAX_SEQS, MAX_ROWS, 0, &in,
+                                     &cfg, &d);
             char name[400];
             snprintf(name, sizeof name, "%s, batch %d, chunk %d, rows %d, k %d", sources[s].src,
                      runs[r].ro.max_batch, runs[r].ro.prefill_chunk, runs[r].ro.max_rows,
@@ -266,9 +279,9 @@ int main(int argc, char **argv) {
     // Controlled acceptance: the n-gram draft's tokens replaced by the reference's with
     // probability 0.6 (and by a wrong token otherwise): some accepted, some not, same output.
     {
-        k25_spec *sp = make_spec("ngram", 3, MAX_SEQS, MAX_ROWS, &in, &cfg, &d);
+        k25_spec *sp = make_spec("ngram", 3, MAX_SEQS, MAX_ROWS, 0, &in, &cfg, &d);
         spec_set_oracle(sp, 0.6, oracle_ref, reqs);
-        run_opts ro = {5, 16, 5 * 4 + 16};
+        run_opts ro = {5, 16, 5 * 4 + 16, 0};
         run_engine(in.m, &eos_cfg, reqs, N_REQ, &ro, sp, "ngram + oracle 0.6, batch 5");
         const k25_spec_stats *st = spec_stats(sp);
         CHECK(st->accepted > 0 && st->accepted < st->drafted,
@@ -276,6 +289,26 @@ int main(int argc, char **argv) {
         if (d.world_rank == 0)
             printf("%-70s %4ld rounds %4ld drafted %4ld accepted\n", "ngram + oracle 0.6, batch 5",
                    st->rounds, st->drafted, st->accepted);
+        spec_free(sp);
+    }
+    // A cache budget shared with the draft (run.kv_cache_mb): the engine's cache and the
+    // draft's hold the same few blocks, so requests wait for them, and a draft promised what the
+    // target promised each sequence never runs short (a draft promising the whole context could
+    // not open a slot in 40 blocks).
+    for (size_t s = 2; s < sizeof sources / sizeof sources[0]; s++) {
+        const int few = 40; // 2-5 of the requests (up to 55 positions) at once
+        k25_spec *sp = make_spec(sources[s].src, 3, MAX_SEQS, MAX_ROWS, few, &in, &cfg, &d);
+        const k25_kvcache *dkv = spec_draft_cache(sp);
+        CHECK(dkv && dkv->n_blocks == few, "%s: the draft's cache has %d blocks, asked %d",
+              sources[s].src, dkv ? dkv->n_blocks : -1, few);
+        char name[400];
+        snprintf(name, sizeof name, "%s, %d cache blocks", sources[s].src, few);
+        run_opts ro = {MAX_SEQS, 16, MAX_ROWS, few};
+        int waited = run_engine(in.m, &eos_cfg, reqs, N_REQ, &ro, sp, name);
+        CHECK(waited > 0, "%s: no request waited for cache blocks", name);
+        CHECK(spec_stats(sp)->drafted > 0, "%s: nothing drafted", name);
+        if (d.world_rank == 0) printf("%-70s %4ld drafted, up to %d waiting\n", name,
+                                      spec_stats(sp)->drafted, waited);
         spec_free(sp);
     }
     check_ngram(&in, &cfg, &d);
@@ -289,7 +322,7 @@ int main(int argc, char **argv) {
             big[i].ignore_eos = 1;
             for (int j = 0; j < big[i].n_prompt; j++) big[i].prompt[j] = rnd(256);
         }
-        run_opts ro = {BIG, 64, big_rows};
+        run_opts ro = {BIG, 64, big_rows, 0};
         k25_engine *e = new_engine(in.m, &cfg, &ro);
         for (int i = 0; i < BIG; i++) {
             k25_request q = {.prompt = big[i].prompt, .n_prompt = big[i].n_prompt,
@@ -306,7 +339,7 @@ int main(int argc, char **argv) {
         engine_free(e);
         const char *srcs[] = {"ngram:1", "model:config/tiny.ini@1"};
         for (int s = 0; s < 2; s++) {
-            k25_spec *sp = make_spec(srcs[s], 2, BIG, big_rows, &in, &cfg, &d);
+            k25_spec *sp = make_spec(srcs[s], 2, BIG, big_rows, 0, &in, &cfg, &d);
             char name[128];
             snprintf(name, sizeof name, "%s, %d sequences", srcs[s], BIG);
             run_engine(in.m, &cfg, big, BIG, &ro, sp, name);
