@@ -240,12 +240,15 @@ int spec_model_config(const spec_env *env, const char *arg, k25_config *c, char 
                  : config_load_hf_json(c, json, err);
     }
     if (rc) return -1;
-    // Run settings follow the target; drafts never go past its context.
+    // Run settings follow the target's (checked as its own); drafts never go past its context.
+    // The draft's step shapes are the run's (o->max_seqs, o->max_rows, given to the model as
+    // they are), so its config keeps the target's batch and chunk settings: a derived row count
+    // past a setting's bound would be refused under the name of a setting the user never gave.
     int cap = o->ctx_size;
     c->ctx_size = cap;
     c->kv_block = o->kv_block;
-    c->max_batch = o->max_seqs;
-    c->prefill_chunk = o->max_rows;
+    c->max_batch = env->cfg->max_batch;
+    c->prefill_chunk = env->cfg->prefill_chunk;
     c->tp = env->dist->tp_size;
     c->pp = 1;
     snprintf(c->backend, sizeof c->backend, "%s", o->backend ? o->backend : env->cfg->backend);

@@ -311,6 +311,23 @@ int main(int argc, char **argv) {
                                       spec_stats(sp)->drafted, waited);
         spec_free(sp);
     }
+    // Before the load: a draft's cache values a position (what run.kv_cache_mb counts with the
+    // target's; tiny_draft: 2 layers x (16 + 8)), and a row count past a setting's bound, which
+    // the run derives (k25bench: concurrency x (k + 1) + run.prefill_chunk), is no setting of the
+    // draft's to refuse.
+    {
+        k25_spec_opts so = {.k = 3, .max_seqs = MAX_SEQS, .max_rows = (1 << 24) + 32,
+                            .ctx_size = CTX, .kv_block = KV_BLOCK, .backend = "cpu"};
+        const struct { const char *src; int64_t values; } want[] = {
+            {"ngram", 0}, {"model:config/tiny_draft.ini@7", 48}, {src_eg1, 40}};
+        for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+            int64_t values = -1;
+            CHECK(spec_check(want[i].src, &cfg, &d, &so, &values, err) == 0, "spec_check %s: %s",
+                  want[i].src, err);
+            CHECK(values == want[i].values, "%s: %lld cache values a position, expected %lld",
+                  want[i].src, (long long)values, (long long)want[i].values);
+        }
+    }
     check_ngram(&in, &cfg, &d);
 
     // 256 sequences at once: speculative against the plain engine.
