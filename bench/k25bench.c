@@ -1289,6 +1289,14 @@ int main(int argc, char **argv) {
     if (!strcmp(cfg.backend, "cuda")) check_gpus_free(&d);
 
     // ---- model: slots and rows for the largest level, cache for all its sequences ----
+    // A step prefills at most every prompt of the largest level: rows past that never fill, and
+    // a run.prefill_chunk far above it (up to 2^24) sized buffers for them past any memory
+    const int64_t all_prompts = (int64_t)max_conc * in_hi;
+    if (cfg.prefill_chunk > all_prompts) {
+        k25_log("k25bench: run.prefill_chunk %d: a step prefills at most the largest level's "
+                "prompts, %lld rows\n", cfg.prefill_chunk, (long long)all_prompts);
+        cfg.prefill_chunk = (int)all_prompts;
+    }
     int kvb = cfg.kv_block;
     int per_seq = (in_hi + out_need - 1 + kvb - 1) / kvb;
     // Past int, instance_open refuses the block table with a message naming the settings: the

@@ -3,8 +3,8 @@
 # and the JSON lines (every level present, request and token counts as asked, every metric
 # positive, median <= p99, throughputs and latencies consistent with each other). No timing
 # thresholds. Also: --profile-only (the decode-step table alone), the run.uniform_routing label,
-# run.kv_cache_mb (with a draft's cache inside it too), and a bad command line fails on every
-# rank with a message.
+# run.kv_cache_mb (with a draft's cache inside it too), run.prefill_chunk at its bound, and a
+# bad command line fails on every rank with a message.
 set -u
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 bin=./k25bench
@@ -217,6 +217,14 @@ python3 -c "import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 assert rows and all(o['completed'] == o['num_prompts'] == 40 for o in rows), rows" "$tmp/capd.jsonl" ||
     fail "capped run with a draft: not every request completed"
+# run.prefill_chunk at its bound (2^24): a step prefills at most the level's prompts (4 x 16), so
+# the rows stop there, for the target and a draft alike (buffers for 2^24 rows ran out of memory).
+timeout 120 mpirun -np 2 "$bin" --config config/tiny.ini --synthetic 1 --no-warmup --concurrency 4 \
+    --input-len 16 --output-len 4 --profile-steps 0 --spec-draft model:config/tiny_draft.ini \
+    --set run.prefill_chunk=16777216 >"$tmp/chunk.out" 2>"$tmp/chunk.err" ||
+    { cat "$tmp/chunk.err"; fail "run.prefill_chunk = 2^24 with a draft"; }
+grep -q "^# engine: ctx 512, kv_block 64, prefill_chunk 64," "$tmp/chunk.out" ||
+    fail "run.prefill_chunk not held to the level's prompts: $(grep '^# engine' "$tmp/chunk.out")"
 out=$(timeout 120 mpirun -np 2 "$bin" "${cap[@]}" --concurrency 8 --input-len 256 --output-len 16 2>&1) \
     && fail "a breakdown past the cap accepted"
 grep -q "holds 102 cache blocks of 16 tokens; the breakdown, 8 sequences at once .*, needs 136" <<<"$out" ||
