@@ -96,7 +96,9 @@ int spec_check(const char *source, const k25_config *cfg, const k25_dist *dist,
     } else {
         eagle3_fit fit = {cfg, o->ctx_size, o->kv_block, dist->tp_size};
         eagle3_config ec;
-        if (eagle3_config_read(&ec, arg, &fit, err)) return -1;
+        char why[K25_ERR_LEN];
+        if (eagle3_config_read(&ec, arg, &fit, why))
+            return k25_err(err, "--spec-draft eagle3:%s: %s", arg, why);
         values = ec.cfg.kv_lora_rank + ec.cfg.qk_rope_dim; // one decoder layer
     }
     if (cache_values) *cache_values = values;

@@ -75,6 +75,9 @@ for bad in nonsense model:/nonexistent "eagle3:$tmp" ngram:0 ngram: model: eagle
     fi
     grep -q 'error' "$tmp/err" || { cat "$tmp/err"; fail "--spec-draft $bad: no error message"; }
 done
+timeout 60 mpirun -np 2 "$dec" --tokens 1,2 -n 4 --spec-draft "eagle3:$tmp" >/dev/null 2>"$tmp/err"
+grep -q "error: --spec-draft eagle3:$tmp: $tmp/config.json: cannot open" "$tmp/err" ||
+    { cat "$tmp/err"; fail "a head directory without config.json: message"; }
 timeout 60 "$dec" --tokens 1,2 --spec-k 2 >/dev/null 2>&1 && fail "--spec-k without --spec-draft accepted"
 # A draft whose configuration is wrong is named, and refused before the target's weights load
 # (the line that reports them never comes): a bad value, and heads that 8 ranks cannot split (the target's 8
