@@ -125,13 +125,17 @@ void cli_usage(FILE *f) {
         "\n"
         "Output:\n"
         "  --print-ids           print generated token ids instead of text\n"
+        "  -o, --output FILE     write the generated text (or ids) to FILE, not stdout: it\n"
+        "                        appears whole at the end (FILE.tmp until then), and a failed\n"
+        "                        write fails the run (stdout under mpirun goes through mpirun,\n"
+        "                        which does not report a write it could not make)\n"
         "  --dump-logits FILE    write the logits of every position (K25LOGIT format)\n"
         "  --check-finite        stop at the first NaN/Inf hidden state, naming layer/position\n"
         "                        (on by default in debug builds, make DEBUG=1)\n"
         "  -v, --verbose         more logging on stderr\n"
         "  -h, --help            this text\n"
         "\n"
-        "Generated text (or ids) goes to stdout, everything else to stderr.\n",
+        "Generated text (or ids) goes to stdout (or -o FILE), everything else to stderr.\n",
         f);
 }
 
@@ -202,7 +206,8 @@ static int parse_tokens(const char *s, int32_t **out, int *n, char *err) {
 
 typedef enum {
     F_MODEL, F_CONFIG, F_SYNTH, F_SET, F_VERIFY, F_DUMP_CONFIG, F_PROMPT, F_TOKENS, F_N,
-    F_TEMP, F_TOPK, F_TOPP, F_SEED, F_CTX, F_BACKEND, F_THREADS, F_PP, F_PRINT_IDS, F_DUMP_LOGITS,
+    F_TEMP, F_TOPK, F_TOPP, F_SEED, F_CTX, F_BACKEND, F_THREADS, F_PP, F_PRINT_IDS, F_OUTPUT,
+    F_DUMP_LOGITS,
     F_CHECK_FINITE, F_VERBOSE, F_HELP, F_TOKENIZER, F_TOK_PATTERN, F_TOKENIZE, F_DETOKENIZE,
     F_SPEC_DRAFT, F_SPEC_K, F_CHAT, F_SYSTEM, F_THINK
 } flag_id;
@@ -223,7 +228,8 @@ static const flag_def flags[] = {
     {NULL, "--seed", F_SEED, 1},            {"-c", "--ctx-size", F_CTX, 1},
     {NULL, "--backend", F_BACKEND, 1},      {NULL, "--threads", F_THREADS, 1},
     {NULL, "--pp", F_PP, 1},
-    {NULL, "--print-ids", F_PRINT_IDS, 0},  {NULL, "--dump-logits", F_DUMP_LOGITS, 1},
+    {NULL, "--print-ids", F_PRINT_IDS, 0},  {"-o", "--output", F_OUTPUT, 1},
+    {NULL, "--dump-logits", F_DUMP_LOGITS, 1},
     {NULL, "--check-finite", F_CHECK_FINITE, 0}, {"-v", "--verbose", F_VERBOSE, 0},
     {"-h", "--help", F_HELP, 0},            {NULL, "--tokenizer", F_TOKENIZER, 1},
     {NULL, "--tokenizer-pattern", F_TOK_PATTERN, 1}, {NULL, "--tokenize", F_TOKENIZE, 0},
@@ -279,7 +285,8 @@ int cli_parse(int argc, char **argv, k25_cli *o, char *err) {
         if (!run_flag && f->id != F_TOKENIZER && f->id != F_TOK_PATTERN && f->id != F_TOKENIZE &&
             f->id != F_DETOKENIZE && f->id != F_HELP && f->id != F_VERBOSE)
             run_flag = arg;
-        if (val && !*val && (f->id == F_MODEL || f->id == F_CONFIG || f->id == F_TOKENIZER)) {
+        if (val && !*val && (f->id == F_MODEL || f->id == F_CONFIG || f->id == F_TOKENIZER ||
+                             f->id == F_OUTPUT || f->id == F_DUMP_LOGITS)) {
             rc = k25_err(err, "%s: the path is empty", name); // "" would read "/config.json"
             break;
         }
@@ -319,6 +326,7 @@ int cli_parse(int argc, char **argv, k25_cli *o, char *err) {
             o->backend = val;
             break;
         case F_PRINT_IDS: o->print_ids = 1; break;
+        case F_OUTPUT: o->output = val; break;
         case F_DUMP_LOGITS: o->dump_logits = val; break;
         case F_CHECK_FINITE: o->check_finite = 1; break;
         case F_VERBOSE: o->verbose = 1; break;
@@ -359,6 +367,9 @@ int cli_parse(int argc, char **argv, k25_cli *o, char *err) {
             rc = k25_err(err, "-p/--prompt and --tokens exclude each other");
         else if (!o->prompt && !o->tokens && !o->dump_config)
             rc = k25_err(err, "no prompt: give -p TEXT or --tokens IDS");
+        else if (o->dump_config && (o->output || o->dump_logits))
+            rc = k25_err(err, "%s: --dump-config prints the configuration to stdout and "
+                         "generates nothing", o->output ? "--output" : "--dump-logits");
         else if (o->has_spec_k && !o->spec_draft)
             rc = k25_err(err, "--spec-k needs --spec-draft");
         else if (o->chat && !o->prompt)

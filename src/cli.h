@@ -41,6 +41,7 @@ typedef struct k25_cli {
     const char *backend;          // NULL: the config's run.backend
 
     // output and diagnostics
+    const char *output;           // -o/--output FILE: the generated text instead of stdout
     const char *dump_logits;      // --dump-logits FILE
     int print_ids;
     int dump_config;

@@ -1,7 +1,7 @@
 // Single-sequence generation: the prompt goes through the model in chunks (sequence slot 0,
 // cache blocks 0..n-1 in order), then one token per step until EOS, -n tokens or the context
 // end. Every rank runs the same loop (the model's collectives need all of them); rank 0 writes
-// stdout and the --dump-logits file (common_formats items 1 and 2).
+// stdout (or the --output file) and the --dump-logits file (common_formats items 1 and 2).
 //
 // RNG counter of a sampled row = the index of the token it generates (0 for the first), as the
 // engine (engine.h) does, so a request samples the same tokens through either path and the
@@ -31,7 +31,8 @@ int gen_encode_prompt(const k25_text_codec *codec, const char *text, int32_t **i
 
 int gen_has_text(const k25_text_codec *codec) { return codec->decode != NULL; }
 
-// What rank 0 prints: ids separated by spaces, or text streamed through the detokenizer. A
+// What rank 0 prints: ids separated by spaces, or text streamed through the detokenizer, to
+// stdout or the --output file (streamed into its PATH.tmp, renamed when generation ends). A
 // failed write (a full disk) stops the printing and, one step later, the run. A reader that
 // closes the pipe ends the process by SIGPIPE, as it would any filter (`| head`).
 typedef struct out_stream {
@@ -39,10 +40,25 @@ typedef struct out_stream {
     int failed;
     char why[K25_ERR_LEN]; // the first failed write's message
     const k25_text_codec *codec;
+    FILE *f;               // stdout or file.f
+    k25_out_file file;     // --output, or closed
+    char what[K25_ERR_LEN];
 } out_stream;
 
+// Rank 0 opens its output before any collective; the others write nothing.
+static int out_open(out_stream *s, const char *path, char *err) {
+    s->f = stdout;
+    snprintf(s->what, sizeof s->what, "standard output");
+    if (!path || !s->active) return 0;
+    if (out_file_open(&s->file, path, "--output", 0, err)) return -1;
+    s->f = s->file.f;
+    snprintf(s->what, sizeof s->what, "the --output file %s",
+             s->file.tmp ? s->file.tmp : s->file.path);
+    return 0;
+}
+
 static void out_flush(out_stream *s) {
-    if (k25_flush_check(stdout, "standard output", s->why) == 0) return;
+    if (k25_flush_check(s->f, s->what, s->why) == 0) return;
     s->failed = 1;
     s->active = 0;
 }
@@ -50,22 +66,30 @@ static void out_flush(out_stream *s) {
 static void out_token(out_stream *s, int32_t id) {
     if (!s->active) return;
     if (s->ids) {
-        printf(s->n++ ? " %d" : "%d", id);
+        fprintf(s->f, s->n++ ? " %d" : "%d", id);
     } else {
         char buf[1 << 16];
-        fwrite(buf, 1, s->codec->decode(s->codec->ctx, id, buf, sizeof buf), stdout);
+        fwrite(buf, 1, s->codec->decode(s->codec->ctx, id, buf, sizeof buf), s->f);
     }
     out_flush(s);
 }
 
+// The last bytes and the newline; the --output file goes into place, or away after a failure.
 static void out_end(out_stream *s) {
-    if (!s->active) return;
-    if (!s->ids && s->codec->flush) {
-        char buf[64];
-        fwrite(buf, 1, s->codec->flush(s->codec->ctx, buf, sizeof buf), stdout);
+    if (s->active) {
+        if (!s->ids && s->codec->flush) {
+            char buf[64];
+            fwrite(buf, 1, s->codec->flush(s->codec->ctx, buf, sizeof buf), s->f);
+        }
+        fputc('\n', s->f);
+        out_flush(s);
     }
-    putchar('\n');
-    out_flush(s);
+    if (!s->file.f) return;
+    if (s->failed) {
+        out_file_abandon(&s->file);
+    } else if (out_file_commit(&s->file, s->why)) {
+        s->failed = 1;
+    }
 }
 
 // ------------------------------------------------------------------------------------------
@@ -135,15 +159,18 @@ int generate(k25_model *m, const k25_config *cfg, const k25_dist *dist,
         return k25_err(err, "the prompt has %d tokens, more than the context (%d; see -c)",
                        n_prompt, o->ctx_size);
 
-    // The rank that writes the dump must be able to before anyone starts the collectives.
+    // The rank that writes the output and the dump must be able to before anyone starts the
+    // collectives.
+    out_stream out = {.active = rank0, .ids = o->print_ids || !gen_has_text(codec), .codec = codec};
     dump_file dump = {0};
     char derr[K25_ERR_LEN] = "";
-    int ok = 1;
-    if (o->dump_logits && rank0) ok = dump_open(&dump, o->dump_logits, V, derr) == 0;
+    int ok = out_open(&out, o->output, derr) == 0;
+    if (ok && o->dump_logits && rank0) ok = dump_open(&dump, o->dump_logits, V, derr) == 0;
     if (!dist_all_ok(dist, ok)) {
+        out_file_abandon(&out.file);
         out_file_abandon(&dump.out);
         if (rank0) snprintf(err, K25_ERR_LEN, "%s", derr);
-        else k25_err(err, "--dump-logits failed on rank 0");
+        else k25_err(err, "opening an output file failed on rank 0");
         return -1;
     }
 
@@ -166,8 +193,6 @@ int generate(k25_model *m, const k25_config *cfg, const k25_dist *dist,
     int room = o->ctx_size - n_prompt + 1; // the last token needs no cache position
     int cap = o->n_predict >= 0 && o->n_predict < room ? o->n_predict : room;
     res->tokens = k25_malloc(sizeof(int32_t) * (size_t)(cap + 1));
-
-    out_stream out = {.active = rank0, .ids = o->print_ids || !gen_has_text(codec), .codec = codec};
 
     k25_sampling sp = {o->temp, o->top_k, o->top_p, o->seed, 0};
     k25_batch b = {.max_seqs = 1, .max_blocks_per_seq = max_blocks, .block_table = table,

@@ -31,6 +31,7 @@ typedef struct k25_gen_opts {
     float top_p;
     uint64_t seed;
     int print_ids;            // ids on stdout instead of text
+    const char *output;       // the generated text (or ids) to this file instead of stdout
     const char *dump_logits;  // K25LOGIT file or NULL
     struct k25_spec *spec;    // speculative decoding (spec.h) or NULL
 } k25_gen_opts;
@@ -55,8 +56,9 @@ int gen_encode_prompt(const k25_text_codec *codec, const char *text, int32_t **i
 // Whether the text codec can print text (otherwise ids are printed, common_formats item 2).
 int gen_has_text(const k25_text_codec *codec);
 
-// Generates after the prompt on every rank (rank 0 writes stdout and the dump file). Returns 0,
-// or -1 with a message (the dump file cannot be written). The prompt must fit the context.
+// Generates after the prompt on every rank (rank 0 writes stdout or the output file, and the
+// dump file). Returns 0, or -1 with a message (an output or dump file cannot be written). The
+// prompt must fit the context.
 int generate(k25_model *m, const k25_config *cfg, const k25_dist *dist,
              const k25_text_codec *codec, const int32_t *prompt, int n_prompt,
              const k25_gen_opts *o, k25_gen_result *res, char *err);

@@ -284,6 +284,12 @@ int main(int argc, char **argv) {
                      "part of each row's logits and not the model's", cfg.sim_tp) == 0;
     if (ok && o.dump_logits && d.world_rank == 0)
         ok = out_file_check(o.dump_logits, "--dump-logits", 1, err) == 0;
+    if (ok && o.output && d.world_rank == 0)
+        ok = out_file_check(o.output, "--output", 0, err) == 0;
+    if (ok && o.output && o.dump_logits && d.world_rank == 0 &&
+        out_file_same(o.output, o.dump_logits))
+        ok = k25_err(err, "--output and --dump-logits name one file (%s): each needs its own",
+                     o.output) == 0;
     agree_or_exit(&d, ok, err);
     int chunk = cfg.prefill_chunk < cfg.ctx_size ? cfg.prefill_chunk : cfg.ctx_size;
     k25_spec_opts so = {.k = o.spec_k, .max_seqs = 1, .max_rows = chunk,
@@ -350,6 +356,7 @@ int main(int argc, char **argv) {
         .top_p = cfg.sample_top_p,
         .seed = (uint64_t)cfg.seed,
         .print_ids = o.print_ids || o.prompt == NULL, // --tokens input: ids out
+        .output = o.output,
         .dump_logits = o.dump_logits,
         .spec = spec,
     };

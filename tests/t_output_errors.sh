@@ -4,7 +4,9 @@
 #   1. stdout on a full device (a /dev/full node): k25dec's tokens, --help, --dump-config, the
 #      tokenizer tools and k25bench's table each exit non-zero naming standard output (k25dec
 #      stops generating at the next step). Run without mpirun: under mpirun the ranks write
-#      into mpirun's pipe, and a failure past it is mpirun's to report.
+#      into mpirun's pipe, and a failure past it is mpirun's to report, so k25dec -o FILE on
+#      a full device under mpirun fails every rank instead. -o to a regular file holds what
+#      stdout would, and appears only when complete (or stopped by a signal).
 #   2. --dump-logits and k25bench --json: a directory or an empty name is refused before the
 #      model loads; a named pipe (cannot be rewound) is refused for the dump; a link stays a link and
 #      its target gets the file; a device node stays a device node (the file used to be
@@ -54,6 +56,14 @@ if [ -n "$full" ]; then
     check_full "--detokenize" "--detokenize: writing the output failed" \
         sh -c './k25dec --tokenizer "$1" --detokenize <"$2"' sh "$tok" "$tmp/ids"
     check_full "k25bench's table" "writing standard output failed" ./k25bench "${bench[@]}"
+    # -o on a full device under mpirun: rank 0 names the file, every rank exits non-zero
+    timeout 60 mpirun -np 2 bash -c './k25dec -p hi -n 100000 --set tokens.eos_token_ids= -o "$1"
+        echo "k25rc $OMPI_COMM_WORLD_RANK $?" >&2' sh "$full" >/dev/null 2>"$tmp/err"
+    msg="writing the --output file $full failed: No space left on device after 1 token"
+    if [ "$(grep -c '^k25rc [01] [1-9]' "$tmp/err")" -ne 2 ]; then
+        bad "-o on a full device under mpirun: not every rank failed: $(grep k25rc "$tmp/err")"
+    elif ! grep -qF -- "$msg" "$tmp/err"; then bad "-o on a full device: no '$msg'"
+    else echo "ok   -o on a full device under mpirun: every rank exits non-zero, $msg"; fi
 else
     echo "skip stdout checks: no full device (/dev/full missing, and not root to make one)"
 fi
@@ -79,7 +89,45 @@ refused_early "k25bench --json DIR" "--json: $tmp/dir is a directory" \
     mpirun -np 2 ./k25bench "${bench[@]}" --json "$tmp/dir"
 refused_early "k25bench --json ''" "--json: the path is empty" \
     mpirun -np 2 ./k25bench "${bench[@]}" --json ""
+refused_early "-o DIR" "--output: $tmp/dir is a directory" \
+    mpirun -np 2 ./k25dec -p hi -n 2 -o "$tmp/dir"
+refused_early "-o and --dump-logits on one file" "--output and --dump-logits name one file" \
+    mpirun -np 2 ./k25dec -p hi -n 2 -o "$tmp/one" --dump-logits "$tmp/./one"
 [ -z "$(ls -A "$tmp/dir")" ] || bad "a refused run left files in $tmp/dir: $(ls "$tmp/dir")"
+[ -e "$tmp/one" ] && bad "a refused run left $tmp/one"
+
+# -o to a regular file under mpirun: what stdout gets, byte for byte, no .tmp left, nothing on
+# stdout; text through a tokenizer, and ids
+for form in "--tokenizer $tok --set model.vocab_size=6512 -p Hello" "--tokens 1,2,3"; do
+    read -ra a <<<"$form"
+    timeout 60 mpirun -np 2 ./k25dec "${a[@]}" -n 12 >"$tmp/stdout.ref" 2>/dev/null
+    timeout 60 mpirun -np 2 ./k25dec "${a[@]}" -n 12 -o "$tmp/gen.out" >"$tmp/stdout.o" 2>"$tmp/err"
+    rc=$?
+    if [ $rc -ne 0 ] || [ -s "$tmp/stdout.o" ] || ! [ -s "$tmp/stdout.ref" ] ||
+        ! cmp -s "$tmp/stdout.ref" "$tmp/gen.out" || [ -e "$tmp/gen.out.tmp" ]; then
+        bad "-o FILE ($form): exit $rc, file $(wc -c <"$tmp/gen.out" 2>/dev/null) bytes, stdout run $(wc -c <"$tmp/stdout.ref") bytes"
+    else
+        echo "ok   -o FILE ($form): the $(wc -c <"$tmp/gen.out") bytes stdout gets, nothing on stdout"
+    fi
+    rm -f "$tmp/gen.out"
+done
+# SIGINT during a run with -o: the file gets what was generated, in place, and the exit is 130
+long=(--tokens 1,2,3 --set tokens.eos_token_ids= -c 4096 --set model.max_position_embeddings=4096)
+./k25dec "${long[@]}" -n 100000 -o "$tmp/sig.ids" 2>"$tmp/err" &
+pid=$!
+for _ in $(seq 600); do [ -s "$tmp/sig.ids.tmp" ] && break; sleep 0.05; done
+kill -INT $pid
+wait $pid
+rc=$?
+n=$(grep -oE 'stopped by a signal after [0-9]+ tokens' "$tmp/err" | grep -oE '[0-9]+')
+if [ $rc -ne 130 ] || [ -z "$n" ] || [ -e "$tmp/sig.ids.tmp" ] ||
+    [ "$(wc -w <"$tmp/sig.ids")" != "$n" ]; then
+    bad "SIGINT with -o: exit $rc, $(wc -w <"$tmp/sig.ids" 2>/dev/null) ids in the file, stopped after ${n:-?}"
+elif ! timeout 60 ./k25dec "${long[@]}" -n "$n" 2>/dev/null | cmp -s - "$tmp/sig.ids"; then
+    bad "SIGINT with -o: the file differs from a -n $n run's output"
+else
+    echo "ok   SIGINT with -o: exit 130, the file holds the $n ids of a -n $n run"
+fi
 
 # a named pipe, with a reader so that opening it does not wait
 mkfifo "$tmp/fifo"

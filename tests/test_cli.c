@@ -59,6 +59,14 @@ int main(void) {
     check("--tokenize with a pattern and no tokenizer is refused",
           PARSE(&o, err, "--tokenize", "--tokenizer-pattern", "(") != 0 &&
               strstr(err, "--tokenizer-pattern needs --tokenizer FILE"));
+    rc = PARSE(&o, err, "-p", "x", "-o", "out.txt");
+    check("-o FILE: the generated text's file", rc == 0 && o.output && !strcmp(o.output, "out.txt"));
+    cli_free(&o);
+    check("an empty --output is refused", PARSE(&o, err, "-p", "x", "--output=") != 0 &&
+                                              strstr(err, "--output: the path is empty"));
+    check("--output with --dump-config is refused",
+          PARSE(&o, err, "--dump-config", "-o", "x") != 0 &&
+              strstr(err, "--output: --dump-config prints the configuration"));
     check("--detokenize takes --tokenizer",
           PARSE(&o, err, "--detokenize", "--tokenizer", "t") == 0);
     // A seed is decimal everywhere: 010 is ten (k25-mkckpt read octal), 2^64 - 1 the largest.
