@@ -367,9 +367,6 @@ int cli_parse(int argc, char **argv, k25_cli *o, char *err) {
             rc = k25_err(err, "-p/--prompt and --tokens exclude each other");
         else if (!o->prompt && !o->tokens && !o->dump_config)
             rc = k25_err(err, "no prompt: give -p TEXT or --tokens IDS");
-        else if (o->dump_config && (o->output || o->dump_logits))
-            rc = k25_err(err, "%s: --dump-config prints the configuration to stdout and "
-                         "generates nothing", o->output ? "--output" : "--dump-logits");
         else if (o->has_spec_k && !o->spec_draft)
             rc = k25_err(err, "--spec-k needs --spec-draft");
         else if (o->chat && !o->prompt)

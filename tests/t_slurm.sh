@@ -5,7 +5,8 @@
 #   - every job script refuses to run outside Slurm;
 #   - decode.sbatch: the tokens equal those of the same run under plain mpirun, k25dec reports
 #     2 ranks, the log shows the node and the resolved configuration;
-#   - multinode.sbatch on one node: adds run.pp = number of nodes (1) and decodes the same tokens;
+#   - multinode.sbatch on one node: adds run.pp = number of nodes (1) and decodes the same tokens
+#     (into a -o file);
 #   - submit-sweep.sh --wait over bench/sweeps/tiny.txt: a job array plus the chained summary;
 #     every task and every concurrency level the sweep file asks for is in the merged results,
 #     each from a 2-rank run, and the table has one row per (task, level); a task's --set
@@ -115,13 +116,15 @@ echo "ok: decode.sbatch under srun decodes what mpirun decodes: $ref"
 # ---------------------------------------------------------------------------------------------
 # multinode.sbatch on the one node there is: run.pp defaults to the node count
 # ---------------------------------------------------------------------------------------------
+# (the tokens into a file of their own, -o, which the resolved configuration's run ignores)
 job=$(timeout 120 sbatch --parsable --wait --nodes=1 "${cpu[@]}" "$root/scripts/slurm/multinode.sbatch" \
-    "${model[@]}" -p "Hello there" -n 8) || fail "multinode.sbatch job failed"
+    "${model[@]}" -p "Hello there" -n 8 -o "$tmp/multinode.txt") || fail "multinode.sbatch job failed"
 log=logs/k25-multinode_${job%%;*}.out
 grep -q "^# run: .* --set run.pp=1$" "$log" || fail "multinode.sbatch: run.pp not set to the node count"
 grep -q "^#   pp = 1$" "$log" || fail "multinode.sbatch: resolved configuration without pp = 1"
-grep -Fxq "$ref" "$log" || fail "multinode.sbatch: tokens differ from mpirun's '$ref'"
-echo "ok: multinode.sbatch adds run.pp=1 on one node and decodes the same tokens"
+grep -Fxq "$ref" "$tmp/multinode.txt" || fail "multinode.sbatch -o: tokens differ from mpirun's '$ref'"
+grep -Fxq "$ref" "$log" && fail "multinode.sbatch -o: the tokens went to the log too"
+echo "ok: multinode.sbatch adds run.pp=1 on one node and decodes the same tokens into its -o file"
 
 # ---------------------------------------------------------------------------------------------
 # A sweep: job array + chained summary
