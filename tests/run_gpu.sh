@@ -256,6 +256,23 @@ PY"
     done
     spec_eq spec_ngram_kimi4 1 ngram 3 --config config/kimi_k25.ini --synthetic 1 \
         --set model.num_hidden_layers=4 --set run.ctx_size=1024 --tokens 5,6,7,8,5,6,7,8,5,6,7
+    # A draft's cache inside run.kv_cache_mb, served: the target's cache and the draft's hold the
+    # same few blocks (1 MiB of bf16: ~160 of 16 tokens; 8 requests of 528 positions want 264),
+    # so requests wait for them; both runs, plain and speculative, give all 40 x 16 tokens (a
+    # draft whose cache ran short would stop the run).
+    for src in model:config/tiny_draft.ini@7 "eagle3:$EAGLE"; do
+        check "spec_cap_${src%%:*}" 120 bash -c "$BENCH --config config/tiny.ini --synthetic 1 \
+            --backend cuda --no-warmup --set run.ctx_size=1024 --set run.kv_block_size=16 \
+            --set run.kv_cache_mb=1 --concurrency 8 --input-len 512 --output-len 16 \
+            --profile-steps 0 --spec-draft $src --spec-k 3 --json $tmp/cap.jsonl >$tmp/cap.md && \
+            python3 -c 'import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+(o,) = rows
+sp = o[\"speculative\"][0]
+assert o[\"completed\"] == o[\"num_prompts\"] == 40 and o[\"total_output_tokens\"] == 640, o
+assert sp[\"rounds\"] > 0 and round(sp[\"output_throughput\"] * sp[\"duration\"]) == 640, sp
+print(\"40 requests, 640 tokens plain and speculative,\", sp[\"rounds\"], \"verifications\")' $tmp/cap.jsonl"
+    done
 
     # ---- 5. pipeline stages: TP1 x PP2 against TP2 and one GPU ----
     # PP2 cuts the 8-token prompt into micro-batches of 4 rows (src/pipeline.c), and the grouped

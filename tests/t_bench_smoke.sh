@@ -214,9 +214,11 @@ grep -q "^model: 78 cache blocks of 16 tokens, capped from 136" "$tmp/capd.err" 
 grep -q "^# CACHE CAP: at most 1 MiB of latent cache a rank (run.kv_cache_mb, the draft's included)" \
     "$tmp/capd.out" || fail "no CACHE CAP label with a draft"
 python3 -c "import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
-assert rows and all(o['completed'] == o['num_prompts'] == 40 for o in rows), rows" "$tmp/capd.jsonl" ||
-    fail "capped run with a draft: not every request completed"
+(o,) = [json.loads(l) for l in open(sys.argv[1])]
+sp = o['speculative'][0]
+assert o['completed'] == o['num_prompts'] == 40 and o['total_output_tokens'] == 640, o
+assert sp['rounds'] > 0 and round(sp['output_throughput'] * sp['duration']) == 640, sp" \
+    "$tmp/capd.jsonl" || fail "capped run with a draft: not every token out, plain or speculative"
 # run.prefill_chunk at its bound (2^24): a step prefills at most the level's prompts (4 x 16), so
 # the rows stop there, for the target and a draft alike (buffers for 2^24 rows ran out of memory).
 timeout 120 mpirun -np 2 "$bin" --config config/tiny.ini --synthetic 1 --no-warmup --concurrency 4 \
