@@ -675,6 +675,9 @@ static int model_slots;
 // may need, the spec measure() attaches, where measure() copies the tokens of each request
 // (the oracle's reference), and the model_step time of the last measured run.
 static int rows_per_seq = 1;
+// Prompt rows a step may hold: run.prefill_chunk, or every prompt of the largest level when
+// those are fewer (no step can fill more).
+static int chunk_rows;
 static k25_spec *bench_spec;
 static int32_t **keep_tokens;
 static double measured_step_ms;
@@ -687,7 +690,8 @@ static k25_engine *new_engine(k25_model *m, const k25_config *c, int conc, int p
     engine_opts_from_config(c, &o);
     o.max_batch = conc;
     o.max_seqs = model_slots;
-    o.max_rows = conc * rows_per_seq + c->prefill_chunk;
+    o.prefill_chunk = chunk_rows;
+    o.max_rows = conc * rows_per_seq + chunk_rows;
     o.prefill_first = prefill_first;
     // the breakdown times steps of every sequence together: no pipelined groups there
     if (prefill_first) o.pp_async = 0;
@@ -1289,14 +1293,14 @@ int main(int argc, char **argv) {
     if (!strcmp(cfg.backend, "cuda")) check_gpus_free(&d);
 
     // ---- model: slots and rows for the largest level, cache for all its sequences ----
-    // A step prefills at most every prompt of the largest level: rows past that never fill, and
-    // a run.prefill_chunk far above it (up to 2^24) sized buffers for them past any memory
+    // A step prefills at most every prompt of the largest level: rows past that never fill (the
+    // steps are the same), and a run.prefill_chunk far above it (up to 2^24) sized buffers for
+    // them past any memory
     const int64_t all_prompts = (int64_t)max_conc * in_hi;
-    if (cfg.prefill_chunk > all_prompts) {
-        k25_log("k25bench: run.prefill_chunk %d: a step prefills at most the largest level's "
-                "prompts, %lld rows\n", cfg.prefill_chunk, (long long)all_prompts);
-        cfg.prefill_chunk = (int)all_prompts;
-    }
+    chunk_rows = cfg.prefill_chunk < all_prompts ? cfg.prefill_chunk : (int)all_prompts;
+    if (chunk_rows < cfg.prefill_chunk)
+        k25_log("k25bench: run.prefill_chunk %d: steps hold at most the largest level's prompts, "
+                "%d rows, and the buffers are sized for those\n", cfg.prefill_chunk, chunk_rows);
     int kvb = cfg.kv_block;
     int per_seq = (in_hi + out_need - 1 + kvb - 1) / kvb;
     // Past int, instance_open refuses the block table with a message naming the settings: the
@@ -1308,7 +1312,7 @@ int main(int argc, char **argv) {
         .synth_seed = a.synth_seed,
         .backend = cfg.backend,
         .threads = cfg.threads,
-        .model = {.max_seqs = max_conc, .max_rows = max_conc + cfg.prefill_chunk,
+        .model = {.max_seqs = max_conc, .max_rows = max_conc + chunk_rows,
                   .kv_block = kvb, .n_blocks = all_blocks},
         .kv_cache_mb = cfg.kv_cache_mb,
     };
@@ -1327,7 +1331,7 @@ int main(int argc, char **argv) {
     model_slots = max_conc;
     if (a.spec_draft) { // verification rows: k + 1 per decoding sequence
         rows_per_seq = a.spec_k + 1;
-        io.model.max_rows = max_conc * rows_per_seq + cfg.prefill_chunk;
+        io.model.max_rows = max_conc * rows_per_seq + chunk_rows;
     }
     k25_spec_opts so = {.k = a.spec_k, .max_seqs = max_conc, .max_rows = io.model.max_rows,
                         .ctx_size = cfg.ctx_size, .kv_block = kvb, .backend = cfg.backend,

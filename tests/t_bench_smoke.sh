@@ -220,13 +220,16 @@ assert o['completed'] == o['num_prompts'] == 40 and o['total_output_tokens'] == 
 assert sp['rounds'] > 0 and round(sp['output_throughput'] * sp['duration']) == 640, sp" \
     "$tmp/capd.jsonl" || fail "capped run with a draft: not every token out, plain or speculative"
 # run.prefill_chunk at its bound (2^24): a step prefills at most the level's prompts (4 x 16), so
-# the rows stop there, for the target and a draft alike (buffers for 2^24 rows ran out of memory).
+# the buffers stop there, for the target and a draft alike (2^24 rows ran out of memory); the
+# setting is reported as given.
 timeout 120 mpirun -np 2 "$bin" --config config/tiny.ini --synthetic 1 --no-warmup --concurrency 4 \
     --input-len 16 --output-len 4 --profile-steps 0 --spec-draft model:config/tiny_draft.ini \
     --set run.prefill_chunk=16777216 >"$tmp/chunk.out" 2>"$tmp/chunk.err" ||
     { cat "$tmp/chunk.err"; fail "run.prefill_chunk = 2^24 with a draft"; }
-grep -q "^# engine: ctx 512, kv_block 64, prefill_chunk 64," "$tmp/chunk.out" ||
-    fail "run.prefill_chunk not held to the level's prompts: $(grep '^# engine' "$tmp/chunk.out")"
+grep -q "run.prefill_chunk 16777216: steps hold at most the largest level's prompts, 64 rows" \
+    "$tmp/chunk.err" || fail "no note of the rows a step holds: $(cat "$tmp/chunk.err")"
+grep -q "^# engine: ctx 512, kv_block 64, prefill_chunk 16777216," "$tmp/chunk.out" ||
+    fail "run.prefill_chunk not reported as given: $(grep '^# engine' "$tmp/chunk.out")"
 out=$(timeout 120 mpirun -np 2 "$bin" "${cap[@]}" --concurrency 8 --input-len 256 --output-len 16 2>&1) \
     && fail "a breakdown past the cap accepted"
 grep -q "holds 102 cache blocks of 16 tokens; the breakdown, 8 sequences at once .*, needs 136" <<<"$out" ||
