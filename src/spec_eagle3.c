@@ -666,9 +666,10 @@ int spec_eagle3_create(const spec_env *env, const char *dir, spec_draft *d, char
     d->observe = eg_observe;
     d->destroy = eg_destroy;
     k25_log("spec: EAGLE-3 head %s: hidden %d, %d heads, q_lora %d, kv_lora %d, MLP %d, draft "
-            "vocabulary %d%s, target layers %d,%d,%d feed fc, %.2f MiB of weights per rank\n",
-            dir, e->D, c->n_heads, c->q_lora_rank, c->kv_lora_rank, c->dense_inter, e->Vd,
-            e->d2t ? " (d2t map)" : "", aux_ids[0], e->n_aux > 1 ? aux_ids[1] : -1,
-            e->n_aux > 2 ? aux_ids[2] : -1, weights_bytes(&e->w) / (1024.0 * 1024.0));
+            "vocabulary %d%s, target layers %d,%d,%d feed fc, %.2f MiB of weights per rank, %d "
+            "cache blocks of %d tokens\n", dir, e->D, c->n_heads, c->q_lora_rank,
+            c->kv_lora_rank, c->dense_inter, e->Vd, e->d2t ? " (d2t map)" : "", aux_ids[0],
+            e->n_aux > 1 ? aux_ids[1] : -1, e->n_aux > 2 ? aux_ids[2] : -1,
+            weights_bytes(&e->w) / (1024.0 * 1024.0), e->kv.n_blocks, o->kv_block);
     return 0;
 }

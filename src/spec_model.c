@@ -322,8 +322,9 @@ int spec_model_create(const spec_env *env, const char *arg, spec_draft *d, char 
     d->release = md_release;
     d->propose = md_propose;
     d->destroy = md_destroy;
-    k25_log("spec: draft model %s (%s), %d layers, hidden %d, %.2f MiB of weights per rank\n",
-            path, synthetic ? "synthetic" : "checkpoint", c->n_layers, c->hidden,
-            weights_bytes(&md->in.w) / (1024.0 * 1024.0));
+    k25_log("spec: draft model %s (%s), %d layers, hidden %d, %.2f MiB of weights per rank, %d "
+            "cache blocks of %d tokens\n", path, synthetic ? "synthetic" : "checkpoint",
+            c->n_layers, c->hidden, weights_bytes(&md->in.w) / (1024.0 * 1024.0), n_blocks,
+            o->kv_block);
     return 0;
 }
