@@ -113,6 +113,8 @@ k25_spec *spec_create(const char *source, k25_model *target, const k25_weights *
     int kind = draft_kind(source, &arg, err);
     k25_spec *sp = k25_calloc(1, sizeof *sp);
     sp->env = (spec_env){target, tw, cfg, dist, *o};
+    if (sp->env.o.n_blocks <= 0) // every slot's whole context
+        sp->env.o.n_blocks = o->max_seqs * ((o->ctx_size + o->kv_block - 1) / o->kv_block);
     sp->K = o->k;
     sp->V = cfg->vocab;
     int rc = kind == DRAFT_NGRAM   ? spec_ngram_create(&sp->env, arg, &sp->d, err)
@@ -137,6 +139,13 @@ void spec_free(k25_spec *sp) {
     free(sp->p);
     free(sp->hist);
     free(sp);
+}
+
+void spec_cache_open(k25_kvcache *kv, int slot, int max_len, int cap, const char *who) {
+    int promise = max_len > 0 && max_len < cap ? max_len : cap;
+    K25_CHECK(kvcache_open(kv, slot, promise) == 0,
+              "%s: no cache for slot %d (%d positions; %d blocks free of %d)", who, slot, promise,
+              kv->n_free, kv->n_blocks);
 }
 
 int spec_k(const k25_spec *sp) { return sp->K; }

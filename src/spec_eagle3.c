@@ -400,15 +400,10 @@ static void eg_reset(spec_draft *d) {
     for (int s = 0; s < e->max_seqs; s++) eg_release(d, s);
 }
 
-// A slot opens with the target's promise for the sequence (max_len; 0: the context), so a
-// cache of the target's block count serves every sequence the target admits.
 static void ensure_slot(eagle *e, int slot, int n_positions, int max_len) {
     K25_CHECK(slot >= 0 && slot < e->max_seqs, "EAGLE-3: slot %d of %d", slot, e->max_seqs);
     if (!e->open[slot]) {
-        int promise = max_len > 0 && max_len < e->cap_pos ? max_len : e->cap_pos;
-        K25_CHECK(kvcache_open(&e->kv, slot, promise) == 0,
-                  "EAGLE-3: no cache for slot %d (%d positions; %d blocks free of %d)", slot,
-                  promise, e->kv.n_free, e->kv.n_blocks);
+        spec_cache_open(&e->kv, slot, max_len, e->cap_pos, "EAGLE-3");
         e->open[slot] = 1;
         e->last_pos[slot] = -1;
         e->n_abs[slot] = 0;
@@ -606,9 +601,8 @@ int spec_eagle3_create(const spec_env *env, const char *dir, spec_draft *d, char
     k25_backend *be = e->be;
     be->load_weights(be, &e->w);
     int mbps = (e->cap_pos + o->kv_block - 1) / o->kv_block;
-    int n_blocks = o->n_blocks > 0 ? o->n_blocks : o->max_seqs * mbps;
-    be->kv_init(be, 1, n_blocks, o->kv_block);
-    if (kvcache_init(&e->kv, n_blocks, o->kv_block, o->max_seqs, mbps, err)) {
+    be->kv_init(be, 1, o->n_blocks, o->kv_block);
+    if (kvcache_init(&e->kv, o->n_blocks, o->kv_block, o->max_seqs, mbps, err)) {
         d->impl = e;
         eg_destroy(d);
         d->impl = NULL;

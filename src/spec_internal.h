@@ -45,6 +45,12 @@ int spec_eagle3_create(const spec_env *env, const char *arg, spec_draft *d, char
 int spec_model_config(const spec_env *env, const char *arg, k25_config *c, char *path,
                       size_t cap_path, int *synthetic, uint64_t *seed, char *err);
 
+// Opens `slot` of a draft's cache for a sequence of the target's, promised what the target
+// promised it (max_len; 0: the whole context, cap): a draft never holds a position the target
+// does not, so a cache of the target's block count (k25_spec_opts.n_blocks) has room for every
+// sequence the target admits. Dies naming `who` and the counts otherwise.
+void spec_cache_open(k25_kvcache *kv, int slot, int max_len, int cap, const char *who);
+
 // Token at index i of a sequence's history (prompt then generated).
 static inline int32_t spec_hist(const int32_t *prompt, int n_prompt, const int32_t *gen, int i) {
     return i < n_prompt ? prompt[i] : gen[i - n_prompt];

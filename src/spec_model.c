@@ -119,11 +119,7 @@ static void md_propose(spec_draft *d, k25_spec_seq *seqs, int n) {
             continue;
         }
         if (!md->open[slot]) {
-            // The target's promise (spec.h: max_len) bounds what the draft will hold
-            int promise = s->max_len > 0 && s->max_len < md->cap_pos ? s->max_len : md->cap_pos;
-            K25_CHECK(kvcache_open(&md->kv, slot, promise) == 0,
-                      "draft model: no cache for slot %d (%d positions; %d blocks free of %d)",
-                      slot, promise, md->kv.n_free, md->kv.n_blocks);
+            spec_cache_open(&md->kv, slot, s->max_len, md->cap_pos, "draft model");
             md->open[slot] = 1;
             md->n_fed[slot] = md->n_ok[slot] = 0;
         }
@@ -283,17 +279,16 @@ int spec_model_create(const spec_env *env, const char *arg, spec_draft *d, char 
     md->max_seqs = o->max_seqs;
     md->cap_pos = cap;
     int mbps = (cap + o->kv_block - 1) / o->kv_block;
-    int n_blocks = o->n_blocks > 0 ? o->n_blocks : o->max_seqs * mbps;
     k25_instance_opts io = {
         .model_dir = synthetic ? NULL : path,
         .synth_seed = seed,
         .backend = c->backend,
         .threads = o->threads,
         .model = {.max_seqs = o->max_seqs, .max_rows = md->R, .kv_block = o->kv_block,
-                  .n_blocks = n_blocks},
+                  .n_blocks = o->n_blocks},
     };
     if (instance_open(&md->in, c, env->dist, &io, err) ||
-        kvcache_init(&md->kv, n_blocks, o->kv_block, o->max_seqs, mbps, err)) {
+        kvcache_init(&md->kv, o->n_blocks, o->kv_block, o->max_seqs, mbps, err)) {
         instance_close(&md->in);
         free(md);
         return -1;
@@ -324,7 +319,7 @@ int spec_model_create(const spec_env *env, const char *arg, spec_draft *d, char 
     d->destroy = md_destroy;
     k25_log("spec: draft model %s (%s), %d layers, hidden %d, %.2f MiB of weights per rank, %d "
             "cache blocks of %d tokens\n", path, synthetic ? "synthetic" : "checkpoint",
-            c->n_layers, c->hidden, weights_bytes(&md->in.w) / (1024.0 * 1024.0), n_blocks,
+            c->n_layers, c->hidden, weights_bytes(&md->in.w) / (1024.0 * 1024.0), o->n_blocks,
             o->kv_block);
     return 0;
 }
