@@ -177,9 +177,10 @@ static void *dev_alloc(cuda_impl *c, size_t bytes, const char *what) {
     if (e != cudaSuccess) {
         size_t fr = 0, tot = 0;
         cudaMemGetInfo(&fr, &tot);
-        K25_DIE("GPU %d: cannot allocate %.3f GiB for %s (%s): %.3f GiB free of %.3f GiB, %.3f GiB "
-                "held by this backend", c->device, bytes / GIB, what, cudaGetErrorString(e),
-                fr / GIB, tot / GIB, c->mem_now / GIB);
+        const char *why = k25_alloc_purpose_now();
+        K25_DIE("GPU %d: cannot allocate %.3f GiB for %s%s%s (%s): %.3f GiB free of %.3f GiB, "
+                "%.3f GiB held by this backend", c->device, bytes / GIB, what, why ? ", " : "",
+                why ? why : "", cudaGetErrorString(e), fr / GIB, tot / GIB, c->mem_now / GIB);
     }
     if (c->n_allocs >= MAX_ALLOCS) K25_DIE("CUDA backend: more than %d allocations", MAX_ALLOCS);
     c->allocs[c->n_allocs++] = (alloc_rec){p, bytes};
@@ -526,6 +527,10 @@ static void ensure_workspaces(cuda_impl *c, const k25_config *cfg, int rows) {
     const int H = cfg->n_heads / tp, L = cfg->kv_lora_rank, E = cfg->n_experts;
     const int D = cfg->hidden, I = cfg->moe_inter / tp, top_k = cfg->top_k;
     int R = rows;
+    char rows_src[128], why[192];
+    snprintf(why, sizeof why, "the workspaces of %d-row steps (%s)", R,
+             config_step_rows_source(cfg, R, rows_src, sizeof rows_src));
+    const char *prev_why = k25_alloc_purpose(why);
     // bf16 activations for cuBLASLt: the widest K of any projection
     size_t Kmax = (size_t)D;
     int ks[] = {cfg->q_lora_rank, H * cfg->v_head_dim, cfg->dense_inter / tp,
@@ -610,6 +615,7 @@ static void ensure_workspaces(cuda_impl *c, const k25_config *cfg, int rows) {
         c->ws_part2 = (float *)dev_alloc(c, sizeof(float) * p2, "moe partials");
     }
     c->ws_rows = rows;
+    k25_alloc_purpose(prev_why);
 }
 
 static void cuda_set_batch(k25_backend *be, const k25_batch *b) {

@@ -58,7 +58,30 @@ static void mem_account(cpu_impl *c, size_t add, size_t sub) {
     if (c->mem_now > c->mem_peak) c->mem_peak = c->mem_now;
 }
 
+#define HOST_FITS_ADVICE "use the cuda backend, more nodes, a smaller model or a shorter context"
+
+// Dies, naming what and the sizes, when holding `add` more bytes would take this node's ranks
+// (each assumed to hold as much as this one: tensor-parallel shards are equal) past the node's
+// memory: the kernel would otherwise kill a rank mid-load with no message.
+// advice: what the user can change.
+static void check_host_fits(k25_backend *be, size_t add, const char *what, const char *advice) {
+    const double GiB = 1024.0 * 1024.0 * 1024.0;
+    size_t held = impl_of(be)->mem_now;
+    int local = be->dist && be->dist->local_size > 0 ? be->dist->local_size : 1;
+    const char *limit_name;
+    size_t limit = k25_host_mem_limit(&limit_name);
+    if ((double)(held + add) * local <= (double)limit) return;
+    K25_DIE("the cpu backend cannot hold %s in host memory: %.2f GiB more on this rank (which "
+            "holds %.2f GiB), x %d rank%s on this node = %.2f GiB, more than the node's %.2f "
+            "GiB (%s); %s", what, add / GiB, held / GiB, local, local > 1 ? "s" : "",
+            (double)(held + add) * local / GiB, limit / GiB, limit_name, advice);
+}
+
 static void *cpu_alloc(k25_backend *be, size_t bytes) {
+    // a buffer whose size a setting decides (k25_alloc_purpose): checked against the node first,
+    // and named by that setting
+    const char *why = k25_alloc_purpose_now();
+    if (why) check_host_fits(be, bytes, why, "lower the setting it names");
     char *p = k25_calloc(1, bytes + CPU_HDR);
     memcpy(p, &bytes, sizeof bytes);
     mem_account(impl_of(be), bytes, 0);
@@ -124,27 +147,10 @@ static void for_each_tensor(k25_backend *be, k25_weights *w,
     }
 }
 
-// Dies, naming what and the sizes, when holding `add` more bytes would take this node's ranks
-// (each assumed to hold as much as this one: tensor-parallel shards are equal) past the node's
-// memory: the kernel would otherwise kill a rank mid-load with no message.
-static void check_host_fits(k25_backend *be, size_t add, const char *what) {
-    const double GiB = 1024.0 * 1024.0 * 1024.0;
-    size_t held = impl_of(be)->mem_now;
-    int local = be->dist && be->dist->local_size > 0 ? be->dist->local_size : 1;
-    const char *limit_name;
-    size_t limit = k25_host_mem_limit(&limit_name);
-    if ((double)(held + add) * local <= (double)limit) return;
-    K25_DIE("the cpu backend cannot hold %s in host memory: %.2f GiB more on this rank (which "
-            "holds %.2f GiB), x %d rank%s on this node = %.2f GiB, more than the node's %.2f "
-            "GiB (%s); use the cuda backend, more nodes, a smaller model or a shorter context",
-            what, add / GiB, held / GiB, local, local > 1 ? "s" : "",
-            (double)(held + add) * local / GiB, limit / GiB, limit_name);
-}
-
 static void cpu_load_weights(k25_backend *be, k25_weights *w) {
     impl_of(be)->w = w;
     size_t embed = w->embed.kind != K25_SRC_NONE ? tensor_bytes(&w->embed) : 0;
-    check_host_fits(be, weights_bytes(w) - embed, "this rank's weights");
+    check_host_fits(be, weights_bytes(w) - embed, "this rank's weights", HOST_FITS_ADVICE);
     for_each_tensor(be, w, materialize);
 }
 
@@ -227,7 +233,7 @@ static void cpu_kv_init(k25_backend *be, int n_layers, int n_blocks, int kv_bloc
     c->kv_block = kv_block;
     c->kv_width = be->cfg->kv_lora_rank + be->cfg->qk_rope_dim;
     size_t bytes = sizeof(float) * (size_t)n_layers * n_blocks * kv_block * c->kv_width;
-    check_host_fits(be, bytes, "the latent cache");
+    check_host_fits(be, bytes, "the latent cache", HOST_FITS_ADVICE);
     c->cache = cpu_alloc(be, bytes);
 }
 

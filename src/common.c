@@ -69,15 +69,32 @@ int k25_err(char *err, const char *fmt, ...) {
     return -1;
 }
 
+static _Thread_local const char *alloc_purpose;
+
+const char *k25_alloc_purpose(const char *why) {
+    const char *prev = alloc_purpose;
+    alloc_purpose = why;
+    return prev;
+}
+
+const char *k25_alloc_purpose_now(void) { return alloc_purpose; }
+
+static K25_NORETURN void out_of_host_memory(size_t n, size_t size) {
+    const double gib = (double)n * (double)size / (1024.0 * 1024 * 1024);
+    if (alloc_purpose)
+        K25_DIE("out of host memory allocating %.3f GiB for %s", gib, alloc_purpose);
+    K25_DIE("out of host memory allocating %zu x %zu bytes", n, size);
+}
+
 void *k25_malloc(size_t bytes) {
     void *p = malloc(bytes ? bytes : 1);
-    if (!p) K25_DIE("out of host memory allocating %zu bytes", bytes);
+    if (!p) out_of_host_memory(1, bytes);
     return p;
 }
 
 void *k25_calloc(size_t n, size_t size) {
     void *p = calloc(n ? n : 1, size ? size : 1);
-    if (!p) K25_DIE("out of host memory allocating %zu x %zu bytes", n, size);
+    if (!p) out_of_host_memory(n, size);
     return p;
 }
 

@@ -47,6 +47,12 @@ void k25_log(const char *fmt, ...) K25_PRINTF(1, 2);
 void k25_log_all(const char *fmt, ...) K25_PRINTF(1, 2);
 void *k25_malloc(size_t bytes);          // dies on failure
 void *k25_calloc(size_t n, size_t size); // dies on failure
+// What the allocations from here on are for, in the message of an allocation that fails (host
+// or device): a size a setting decides is then named by the setting, not only by its bytes.
+// NULL: nothing. Returns the previous description, to be set back once those allocations end.
+const char *k25_alloc_purpose(const char *why);
+// The description k25_alloc_purpose set (NULL: none).
+const char *k25_alloc_purpose_now(void);
 char *k25_strdup(const char *s);
 double k25_now_ms(void);                 // monotonic clock
 // Formats into err (K25_ERR_LEN bytes) and returns -1, for `return k25_err(err, ...)`.

@@ -1009,6 +1009,20 @@ void config_rope_inv_freq(const k25_config *c, float *inv_freq) {
     }
 }
 
+const char *config_step_rows_source(const k25_config *c, int64_t rows, char *buf, size_t n) {
+    if (rows == (int64_t)c->max_batch + c->prefill_chunk)
+        snprintf(buf, n, "run.max_batch %d + run.prefill_chunk %d", c->max_batch,
+                 c->prefill_chunk);
+    else if (rows == c->prefill_chunk)
+        snprintf(buf, n, "run.prefill_chunk %d", c->prefill_chunk);
+    else if (rows == c->ctx_size)
+        snprintf(buf, n, "run.ctx_size %d, below run.prefill_chunk", c->ctx_size);
+    else
+        snprintf(buf, n, "run.prefill_chunk %d and run.max_batch %d bound a step's rows",
+                 c->prefill_chunk, c->max_batch);
+    return buf;
+}
+
 int config_is_eos(const k25_config *c, int token) {
     for (int i = 0; i < c->eos_ids_n; i++)
         if (c->eos_ids[i] == token) return 1;

@@ -57,6 +57,9 @@ float config_softmax_scale(const k25_config *c);            // (qk_nope+qk_rope)
 // YaRN inverse frequencies for the rope dims: inv_freq[qk_rope_dim/2].
 void config_rope_inv_freq(const k25_config *c, float *inv_freq);
 int config_is_eos(const k25_config *c, int token);
+// Which settings make a step of `rows` rows, for messages: "run.prefill_chunk 512",
+// "run.max_batch 16 + run.prefill_chunk 512", ... (buf of n bytes; returns buf).
+const char *config_step_rows_source(const k25_config *c, int64_t rows, char *buf, size_t n);
 
 #ifdef __cplusplus
 }

@@ -140,6 +140,11 @@ k25_model *model_create(const k25_config *cfg, k25_weights *w, k25_backend *be,
     size_t Ish = (size_t)(cfg->n_shared * cfg->moe_inter / w->tp_size);
     if (Ish > I) I = Ish;
     size_t f = sizeof(float);
+    // the step buffers' size is the settings' (a huge run.prefill_chunk): a failure names them
+    char rows_src[128], why[192];
+    snprintf(why, sizeof why, "the step buffers of up to %zu rows (%s)", R,
+             config_step_rows_source(cfg, (int64_t)R, rows_src, sizeof rows_src));
+    const char *prev_why = k25_alloc_purpose(why);
     m->h = be->alloc(be, R * D * f);
     m->xn = be->alloc(be, R * D * f);
     m->cq = be->alloc(be, R * cfg->q_lora_rank * f);
@@ -162,6 +167,7 @@ k25_model *model_create(const k25_config *cfg, k25_weights *w, k25_backend *be,
     m->s_pos = k25_malloc(R * sizeof(int32_t));
     m->s_seq = k25_malloc(R * sizeof(int32_t));
     if (opts->check_finite) m->check_host = k25_malloc(R * D * f);
+    k25_alloc_purpose(prev_why);
     return m;
 }
 

@@ -115,13 +115,19 @@ if [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] &&
 else bad "--check-finite (rc $rc)"; cat "$tmp/err"; fi
 
 # The cpu backend refuses what the node cannot hold before allocating it (else the kernel kills a
-# rank mid-load without a word): the full model's weights on 2 ranks (553 GiB), and the tiny
-# model's latent cache at 61 layers x 16M positions (305 GiB). Skipped on a node that big.
+# rank mid-load without a word): the full model's weights on 2 ranks (553 GiB), the tiny
+# model's latent cache at 61 layers x 16M positions (305 GiB), and its step buffers for prefill
+# chunks of 1M rows with a vocabulary of 163840 (the two ranks' logits alone 640 GiB), named by
+# the setting that sizes them. Skipped on a node that big.
 mem_kb=$(awk '/^MemTotal:/ {print $2}' /proc/meminfo)
 if [ "${mem_kb:-0}" -lt $((600 * 1024 * 1024)) ]; then
     long_ctx="--set model.max_position_embeddings=16777216 -c 16777216"
+    m1=1048576
+    big_steps="--set model.vocab_size=163840 --set model.max_position_embeddings=$m1 -c $m1"
+    big_steps+=" --set run.prefill_chunk=$m1"
     for c in "this rank's weights|--config config/kimi_k25.ini --synthetic 1" \
-             "the latent cache|--set model.num_hidden_layers=61 $long_ctx"; do
+             "the latent cache|--set model.num_hidden_layers=61 $long_ctx" \
+             "the step buffers of up to $m1 rows (run.prefill_chunk $m1)|$big_steps"; do
         what=${c%%|*}
         read -ra args <<<"${c#*|}"
         timeout 60 mpirun -np 2 ./k25dec --backend cpu "${args[@]}" -p hi -n 2 >"$tmp/out" 2>"$tmp/err"
