@@ -305,6 +305,16 @@ print(\"40 requests, 640 tokens plain and speculative,\", sp[\"rounds\"], \"veri
         check rank_kill_gpu 240 env K25_RANK_KILL_ARGS="--backend cuda" tests/t_rank_kill.sh
     fi
 
+    # ---- step buffers past the GPU's memory (the logits of 1M rows: 640 GiB) fail the run,
+    # naming the setting that sizes them ----
+    m1=1048576
+    check step_buffers_past_gpu_memory 120 bash -c '"$@" >"$0" 2>&1; rc=$?; cat "$0"
+        [ $rc -ne 0 ] && grep -q "cannot allocate .* GiB for a buffer, the step buffers of up \
+to 1048576 rows (run.prefill_chunk 1048576)" "$0"' "$tmp/step_oom.out" \
+        $K25 --config config/tiny.ini --synthetic 1 --backend cuda -p hi -n 2 \
+        --set model.vocab_size=163840 --set model.max_position_embeddings=$m1 -c $m1 \
+        --set run.prefill_chunk=$m1
+
     # ---- 7. compute-sanitizer on every kernel (memcheck, racecheck) ----
     SAN=${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer
     # NCCL probes kernel images for other architectures (cudaErrorNoKernelImageForDevice, which
