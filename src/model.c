@@ -131,16 +131,14 @@ k25_model *model_create(const k25_config *cfg, k25_weights *w, k25_backend *be,
     }
     share_stage_layout(m);
 
-    be->load_weights(be, w);
-    be->kv_init(be, w->layer_end - w->layer_begin, m->n_blocks, m->opts.kv_block);
-
     size_t R = (size_t)m->opts.max_rows, D = (size_t)cfg->hidden;
     size_t Hl = (size_t)w->n_heads_local;
     size_t I = (size_t)w->dense_inter_local;
     size_t Ish = (size_t)(cfg->n_shared * cfg->moe_inter / w->tp_size);
     if (Ish > I) I = Ish;
     size_t f = sizeof(float);
-    // the step buffers' size is the settings' (a huge run.prefill_chunk): a failure names them
+    // The step buffers come before the weights: their size is the settings' (a huge
+    // run.prefill_chunk fails at once, naming them, not after minutes of loading)
     char rows_src[128], why[192];
     snprintf(why, sizeof why, "the step buffers of up to %zu rows (%s)", R,
              config_step_rows_source(cfg, (int64_t)R, rows_src, sizeof rows_src));
@@ -168,6 +166,9 @@ k25_model *model_create(const k25_config *cfg, k25_weights *w, k25_backend *be,
     m->s_seq = k25_malloc(R * sizeof(int32_t));
     if (opts->check_finite) m->check_host = k25_malloc(R * D * f);
     k25_alloc_purpose(prev_why);
+
+    be->load_weights(be, w);
+    be->kv_init(be, w->layer_end - w->layer_begin, m->n_blocks, m->opts.kv_block);
     return m;
 }
 
